@@ -1,0 +1,85 @@
+// The project's one error header: error types, exit codes, and checked calls that
+// throw with the expression, file:line, host and rank. No check compiles out.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace uipc {
+
+// Exit codes of the ulysses-ipc program (documented in README.md, "Exit codes").
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitParityFailed = 1,  // the run completed, some case failed parity
+  kExitBadInput = 2,      // bad command line, deck, or layout for this world
+  kExitRuntime = 3,       // device, transport, MPI or HDF5 failure
+  kExitPeerTimeout = 4,   // the watchdog fired: a peer did not arrive in time
+  kExitInterrupted = 130, // SIGINT / SIGTERM
+};
+
+// Base of every error the project throws on purpose; carries the exit code.
+class Error : public std::runtime_error {
+ public:
+  Error(const std::string& what, int exit_code) : std::runtime_error(what), exit_code_(exit_code) {}
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
+
+// Something the user gave us is wrong (deck, options, layout): fix the input.
+class InputError : public Error {
+ public:
+  explicit InputError(const std::string& what) : Error(what, kExitBadInput) {}
+};
+
+// A system or library call failed at run time.
+class RuntimeError : public Error {
+ public:
+  explicit RuntimeError(const std::string& what) : Error(what, kExitRuntime) {}
+};
+
+// A bounded wait expired: a peer never arrived.
+class PeerTimeout : public Error {
+ public:
+  explicit PeerTimeout(const std::string& what) : Error(what, kExitPeerTimeout) {}
+};
+
+// Tells error messages which rank they come from (set once after MPI_Init).
+void set_error_rank(int rank);
+int error_rank();
+// "file:line [host rank R]"
+std::string error_where(const char* file, int line);
+
+[[noreturn]] void throw_runtime(const std::string& what, const char* file, int line);
+
+}  // namespace uipc
+
+#define UIPC_STR2(x) #x
+#define UIPC_STR(x) UIPC_STR2(x)
+
+// Throws RuntimeError when cond is false; msg is streamed into the message.
+#define UIPC_CHECK(cond, msg)                                                          \
+  do {                                                                                 \
+    if (!(cond)) {                                                                     \
+      std::string uipc_msg_ = std::string("check failed: ") + #cond + ": " + (msg);   \
+      ::uipc::throw_runtime(uipc_msg_, __FILE__, __LINE__);                            \
+    }                                                                                  \
+  } while (0)
+
+// Throws InputError with msg when cond is false.
+#define UIPC_REQUIRE_INPUT(cond, msg)                                                  \
+  do {                                                                                 \
+    if (!(cond)) throw ::uipc::InputError(msg);                                        \
+  } while (0)
+
+// MPI calls: any return other than MPI_SUCCESS throws with the MPI error string.
+#define UIPC_MPI_CHECK(expr)                                                           \
+  do {                                                                                 \
+    int uipc_rc_ = (expr);                                                             \
+    if (uipc_rc_ != 0) ::uipc::throw_mpi_error(uipc_rc_, #expr, __FILE__, __LINE__);  \
+  } while (0)
+
+namespace uipc {
+[[noreturn]] void throw_mpi_error(int rc, const char* expr, const char* file, int line);
+}

@@ -1,0 +1,161 @@
+// The device layer: the one interface that the transports, the layer pipeline and the
+// kernels run on. Two implementations: CUDA (comm/cuda_device.*, the real GPU) and
+// host (comm/host_device.*, simulation mode: shared memory, worker-thread streams,
+// atomic epoch words). Everything above this header is written once for both.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace uipc {
+
+class Device;
+
+enum class DeviceKind { kHost, kCuda };
+enum class StreamPriority { kNormal, kHigh };
+
+// An in-order queue of device work. Work is enqueued asynchronously.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  // Blocks until all enqueued work is done. Bounded by the device's watchdog timeout:
+  // a stream that does not drain in time throws PeerTimeout describing what it waits
+  // for; a stream on which an operation failed throws that error.
+  virtual void synchronize() = 0;
+  // cudaStream_t for CUDA streams, nullptr for host streams.
+  virtual void* native() = 0;
+};
+
+// A marker in a stream; its completion time can be compared with other events'.
+class Event {
+ public:
+  virtual ~Event() = default;
+  virtual void record(Stream& s) = 0;
+  // True once the work before the last record() has completed.
+  virtual bool query() = 0;
+  virtual void synchronize() = 0;
+};
+
+// Device memory owned by this process. Movable, not copyable; freed in the destructor.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Device* owner, void* ptr, size_t bytes, void* impl) : owner_(owner), ptr_(ptr), bytes_(bytes), impl_(impl) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { reset(); }
+  void reset();
+
+  void* get() const { return ptr_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+  void* impl() const { return impl_; }  // implementation data (e.g. the shm segment)
+  explicit operator bool() const { return ptr_ != nullptr; }
+
+ private:
+  Device* owner_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  void* impl_ = nullptr;
+};
+
+// An exported memory handle, sent as plain bytes (over MPI) to peers of the same node.
+struct IpcHandle {
+  std::array<unsigned char, 128> bytes{};
+};
+
+// A peer's exported buffer mapped into this process. Closed in the destructor; close
+// every mapping of a buffer before its exporter frees it.
+class PeerMapping {
+ public:
+  PeerMapping() = default;
+  PeerMapping(Device* owner, void* ptr, size_t bytes, void* impl) : owner_(owner), ptr_(ptr), bytes_(bytes), impl_(impl) {}
+  PeerMapping(PeerMapping&& o) noexcept { *this = std::move(o); }
+  PeerMapping& operator=(PeerMapping&& o) noexcept;
+  PeerMapping(const PeerMapping&) = delete;
+  PeerMapping& operator=(const PeerMapping&) = delete;
+  ~PeerMapping() { reset(); }
+  void reset();
+
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  void* impl() const { return impl_; }
+
+ private:
+  Device* owner_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  void* impl_ = nullptr;
+};
+
+// What a GPU-side wait is for, so that a watchdog message can name it.
+struct WaitLabel {
+  int peer = -1;          // the rank whose write we wait for
+  std::string what;       // e.g. "ready epoch of group 7 (tags V,Q,K)"
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual std::string name() const = 0;  // e.g. "NVIDIA H200 (0)" or "simulated GPU (host)"
+
+  // --- memory
+  // Device memory; exportable buffers can be shared with other processes of the node.
+  virtual DeviceBuffer alloc(size_t bytes, bool exportable = false) = 0;
+  virtual IpcHandle export_handle(const DeviceBuffer& buf) = 0;
+  virtual PeerMapping open_handle(const IpcHandle& h, size_t bytes) = 0;
+  // Synchronous host <-> device transfers (setup and checking, not the data path).
+  virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  // Bytes of device memory this process may still allocate (an estimate).
+  virtual size_t free_memory() const = 0;
+
+  // --- streams and events
+  virtual std::unique_ptr<Stream> create_stream(StreamPriority p) = 0;
+  virtual std::unique_ptr<Event> create_event() = 0;
+  // Makes `s` wait until `e` (recorded on another stream) completes.
+  virtual void stream_wait_event(Stream& s, Event& e) = 0;
+  // Milliseconds between two completed events (of any streams of this device).
+  virtual double elapsed_ms(Event& start, Event& end) = 0;
+
+  // --- asynchronous data movement on a stream
+  // 2-D pitched copy: `height` rows of `width_bytes`, any source/destination pitch;
+  // src and dst may be local or mapped peer memory.
+  virtual void copy_2d(Stream& s, void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                       size_t width_bytes, size_t height) = 0;
+  virtual void memset(Stream& s, void* dst, int byte, size_t bytes) = 0;
+
+  // --- stream memory operations (the epoch handshake)
+  // Stores v into the 64-bit word at addr (local or mapped peer memory) once the
+  // preceding work of s is done.
+  virtual void write_value64(Stream& s, uint64_t* addr, uint64_t v) = 0;
+  // Holds s until the 64-bit word at addr (local memory) is >= v. Bounded by the
+  // watchdog: if it does not happen within the timeout, the stream fails with a
+  // PeerTimeout naming `label`.
+  virtual void wait_value64_geq(Stream& s, const uint64_t* addr, uint64_t v, const WaitLabel& label) = 0;
+
+  // --- watchdog
+  void set_watchdog_seconds(double s) { watchdog_s_ = s; }
+  double watchdog_seconds() const { return watchdog_s_; }
+
+  // Implementation hooks for the RAII types.
+  virtual void free_buffer(void* ptr, size_t bytes, void* impl) = 0;
+  virtual void close_mapping(void* ptr, size_t bytes, void* impl) = 0;
+
+ protected:
+  double watchdog_s_ = 60.0;
+};
+
+// The host (simulation) device of this process. `rank` names shared-memory segments.
+std::unique_ptr<Device> make_host_device(int rank);
+
+}  // namespace uipc

@@ -1,0 +1,73 @@
+// The layer's compute kernels, as one interface with a host (Kokkos) and a CUDA
+// implementation. All math in fp32; tensors stored in the case dtype. The exact math
+// is written down in docs/math.md; the float64 references in tests/ follow that text.
+// Kernels know nothing of MPI or of ranks: positions and slices come in as arguments.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "base/dtype.hpp"
+#include "comm/device.hpp"
+
+namespace uipc {
+
+enum class NormKind : int {
+  kNone = 0,
+  kRmsPerHead = 1,     // RMS over head_dim, weight gamma[head_dim]
+  kRmsAcrossHeads = 2, // RMS over heads*head_dim of a token, weight gamma[heads*head_dim]
+  kLayerPerHead = 3,   // LayerNorm over head_dim, gamma[head_dim], beta[head_dim]
+};
+
+enum class RopeKind : int { kNone = 0, k1D = 1 };
+
+// One Q or K tensor, seen as rows of `heads` x `head_dim` elements: row m is token
+// (b = m / tokens_per_batch, s = m % tokens_per_batch), at global sequence position
+// pos_offset + s. Rows are row_pitch elements apart (3*heads*head_dim inside a fused
+// QKV projection).
+struct QkView {
+  void* data = nullptr;
+  int64_t row_pitch = 0;
+  int64_t batch = 0;
+  int64_t tokens_per_batch = 0;
+  int64_t pos_offset = 0;
+  int heads = 0;
+  int head_dim = 0;
+};
+
+struct NormRopeParams {
+  NormKind norm = NormKind::kNone;
+  RopeKind rope = RopeKind::kNone;
+  float eps = 1e-6f;
+  float rope_theta = 10000.0f;
+  const float* gamma = nullptr;  // device memory, fp32
+  const float* beta = nullptr;   // device memory, fp32 (LayerNorm only)
+};
+
+class LayerKernels {
+ public:
+  virtual ~LayerKernels() = default;
+
+  // out[m, n] = sum_k in[m, k] * w[k, n] for m < M, n < N, k < K, accumulated in fp32.
+  // `in` rows are lda elements apart, `out` rows ldo; w is contiguous (K, N).
+  // in and w have type `dtype`; out has type `out_dtype`.
+  virtual void gemm(Stream& s, const void* in, int64_t lda, const void* w, void* out, int64_t ldo,
+                    int64_t M, int64_t N, int64_t K, DType dtype, DType out_dtype) = 0;
+
+  // In place: Q/K norm (per p.norm), then RoPE (per p.rope), per row of x.
+  virtual void norm_rope(Stream& s, const QkView& x, DType dtype, const NormRopeParams& p) = 0;
+
+  // o = softmax(q k^T * scale) v per (batch, head), exact, fp32 accumulation.
+  // q, k, v, o contiguous (batch, seq, heads, head_dim) of type dtype.
+  virtual void attention(Stream& s, const void* q, const void* k, const void* v, void* o,
+                         int64_t batch, int64_t seq, int heads, int head_dim, DType dtype,
+                         float scale) = 0;
+
+  // out[i] = round_to(dtype, in[i]) for i < n (fp32 -> dtype).
+  virtual void convert_from_f32(Stream& s, const float* in, void* out, int64_t n, DType dtype) = 0;
+};
+
+// Host kernels (Kokkos, DefaultHostExecutionSpace) running on host-device streams.
+std::unique_ptr<LayerKernels> make_host_kernels();
+
+}  // namespace uipc

@@ -1,0 +1,74 @@
+// The input deck: a versioned HDF5 file holding one or more cases (a DiT attention
+// layer shape, a parallel layout, and the transports and schedules to compare).
+// The schema is documented field by field in docs/deck.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/dtype.hpp"
+#include "kernels/kernels.hpp"
+
+namespace uipc {
+
+constexpr int kDeckSchemaVersion = 1;
+
+struct Case {
+  std::string name;
+  std::string description;  // free text, e.g. where the shapes come from
+  // shape
+  int64_t batch = 1;
+  int64_t seq_len = 256;     // global, tokens
+  int heads = 8;
+  int head_dim = 64;
+  DType dtype = DType::kBF16;
+  NormKind qk_norm = NormKind::kRmsPerHead;
+  float norm_eps = 1e-6f;
+  RopeKind rope = RopeKind::k1D;
+  float rope_theta = 10000.0f;
+  bool fused_qkv = true;
+  // layout
+  int ulysses = 4;
+  int tp = 1;
+  // run
+  std::vector<std::string> transports{"nccl", "ipc"};
+  std::vector<std::string> schedules{"baseline", "v-first", "v-first-split"};
+  int warmup = 1;
+  int iterations = 3;
+  int repeats = 1;
+  uint64_t seed = 1234;
+  double tol_max_abs = 2e-2;
+  double tol_rel_l2 = 1e-2;
+  double watchdog_s = 60.0;
+
+  int world() const { return tp * ulysses; }
+  int64_t width() const { return static_cast<int64_t>(heads) * head_dim; }
+};
+
+struct Deck {
+  int schema_version = kDeckSchemaVersion;
+  std::string description;
+  std::vector<Case> cases;
+};
+
+// Transport and schedule names the program knows (validation and --help).
+const std::vector<std::string>& known_transports();
+const std::vector<std::string>& known_schedules();
+const char* norm_kind_name(NormKind k);   // "none", "rms", "rms_across_heads", "layer"
+const char* rope_kind_name(RopeKind k);   // "none", "1d"
+
+// Checks every field of c for sanity, independent of the world size. Throws
+// InputError("case 'NAME': FIELD: what is wrong").
+void validate_case(const Case& c);
+// Checks that c can run on `world` ranks. Throws InputError.
+void validate_case_for_world(const Case& c, int world);
+
+// Reads and validates a deck. Throws InputError naming the file and the field.
+Deck read_deck(const std::string& path);
+// Writes a deck (to a temporary name, renamed at the end).
+void write_deck(const Deck& deck, const std::string& path);
+// A readable multi-line description (what `ulysses-ipc deck show` prints).
+std::string format_deck(const Deck& deck);
+
+}  // namespace uipc

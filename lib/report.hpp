@@ -1,0 +1,84 @@
+// The run report: what one `ulysses-ipc` run measured, as plain data (this header),
+// and its HDF5 form (report.cpp, the one writer). Schema: docs/report.md.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lib/deck.hpp"
+
+namespace uipc {
+
+// Per-iteration stages, in this order in every timing array.
+enum Stage : int {
+  kStageProjection = 0,
+  kStageNormRope,
+  kStageScatter,
+  kStageAttention,
+  kStageGather,
+  kStageOutProjection,
+  kStageLayer,
+  kNumStages
+};
+const char* stage_name(int stage);  // "projection", "norm_rope", ...
+
+// One case x transport x schedule.
+struct RunResult {
+  std::string transport_requested;  // as in the deck
+  std::string transport_used;       // after eligibility / fallback
+  std::string fallback_reason;      // empty when no fallback happened
+  std::string gather_transport;     // what carried the output gather
+  std::string schedule;
+  std::string projection;           // "fused" or "separate"
+  bool parity_pass = false;
+  double parity_max_abs = 0;
+  double parity_rel_l2 = 0;
+  bool parity_finite = true;
+  int repeats = 0, iterations = 0, ranks = 0;
+  // [repeat][iteration][rank][stage], milliseconds
+  std::vector<double> stage_ms;
+  // [repeat][iteration][rank], milliseconds during which the V scatter copies and the
+  // Q/K norm + RoPE ran at the same time
+  std::vector<double> v_overlap_ms;
+  int64_t scatter_bytes_per_rank = 0;  // bytes each rank sends in one layer's Q/K/V scatter
+  int64_t gather_bytes_per_rank = 0;
+  int handshakes_per_layer = 0;
+  int64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0;
+};
+
+// Inputs, weights and output of one case, for --dump (rank 0's full tensors).
+struct CaseDump {
+  std::vector<std::pair<std::string, std::vector<float>>> tensors;  // name -> values
+  std::map<std::string, std::vector<int64_t>> shapes;
+};
+
+struct CaseResult {
+  Case spec;
+  std::vector<RunResult> runs;
+  bool has_dump = false;
+  CaseDump dump;
+};
+
+struct Provenance {
+  std::string software = "ulysses-ipc";
+  std::string version;       // git revision
+  std::string date;          // ISO 8601 UTC
+  std::string command_line;
+  std::string mode;          // "sim" or "gpu"
+  std::string deck_path;
+  int world_size = 0;
+  std::vector<std::string> hosts;    // per rank
+  std::vector<std::string> devices;  // per rank
+  std::map<std::string, std::string> versions;  // "mpi", "hdf5", "kokkos", "cuda", "nccl", ...
+};
+
+// Writes the report to `path` via a temporary file renamed at the end; on any error
+// the temporary is removed and nothing is left at `path`.
+void write_report(const std::string& path, const Provenance& prov, const std::vector<CaseResult>& cases);
+
+// Summary statistics of `ms` (p in [0, 100], linear interpolation between order stats).
+double percentile(std::vector<double> ms, double p);
+
+}  // namespace uipc
