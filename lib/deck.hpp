@@ -29,7 +29,7 @@ struct Case {
   float rope_theta = 10000.0f;
   bool fused_qkv = true;
   // layout
-  int ulysses = 4;
+  int ulysses = 0;  // 0: all ranks of the run (world / tp)
   int tp = 1;
   // run
   std::vector<std::string> transports{"nccl", "ipc"};
@@ -42,7 +42,8 @@ struct Case {
   double tol_rel_l2 = 1e-2;
   double watchdog_s = 60.0;
 
-  int world() const { return tp * ulysses; }
+  // ulysses and world for a run on `world_size` ranks (resolves ulysses = 0).
+  int ulysses_for(int world_size) const { return ulysses > 0 ? ulysses : world_size / tp; }
   int64_t width() const { return static_cast<int64_t>(heads) * head_dim; }
 };
 

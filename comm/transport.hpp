@@ -1,0 +1,74 @@
+// The transports of the Ulysses exchange, behind one interface. A transport moves a
+// (possibly strided) local view into its final layout on the peers:
+//  - scatter: sequence-parallel (B, S/P, H, D) with any row pitch
+//             -> head-parallel (B, S, H/P, D), contiguous
+//  - gather:  head-parallel (B, S, H/P, D), contiguous
+//             -> sequence-parallel (B, S/P, H, D), contiguous
+// Submissions are tagged (Q, K, V, O); only the last submission of a group carries the
+// barrier, so a group of several tensors pays one completion handshake. The returned
+// Exchange makes a consumer stream wait only when it uses the result.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/dtype.hpp"
+#include "comm/device.hpp"
+
+namespace uipc {
+
+enum class Tag : int { kQ = 0, kK = 1, kV = 2, kO = 3 };
+enum class Direction : int { kScatter = 0, kGather = 1 };
+const char* tag_name(Tag t);
+
+// The exchanged tensor, as seen on each rank of the group before the exchange.
+struct ExchangeShape {
+  int64_t batch = 0;
+  int64_t seq_local = 0;  // S / P
+  int heads = 0;          // heads on this rank before a scatter (H); after a gather
+  int head_dim = 0;
+  DType dtype = DType::kBF16;
+};
+
+struct Submission {
+  Tag tag = Tag::kQ;
+  Direction dir = Direction::kScatter;
+  const void* src = nullptr;
+  int64_t src_row_pitch = 0;  // elements between token rows of src (scatter only; 0 = dense)
+  ExchangeShape shape;
+  bool barrier = false;       // last submission of its group
+};
+
+// The result of one submission. data() is valid once wait() has been enqueued on the
+// consumer stream; the group's barrier must have been submitted before that.
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+  virtual void* data() const = 0;
+  virtual void wait(Stream& consumer) = 0;
+};
+
+struct TransportStats {
+  int64_t groups = 0;
+  int64_t handshakes = 0;
+  int64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0;
+  int64_t bytes_sent = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string name() const = 0;
+  // producer: the stream on which src becomes ready.
+  virtual std::unique_ptr<Exchange> submit(const Submission& sub, Stream& producer) = 0;
+  // The consumer stream is done reading the results of the last group: peers may write
+  // into those targets again once `consumer` reaches this point.
+  virtual void release(Stream& consumer) = 0;
+  // Events around the copies of the last group's `tag` (for the measured V/QK overlap),
+  // or nullptrs when the transport has no separate copy stream.
+  virtual std::pair<Event*, Event*> copy_interval(Tag tag) { (void)tag; return {nullptr, nullptr}; }
+  virtual TransportStats stats() const = 0;
+};
+
+}  // namespace uipc
