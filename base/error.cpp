@@ -30,6 +30,33 @@ void throw_runtime(const std::string& what, const char* file, int line) {
   throw RuntimeError(what + " (" + error_where(file, line) + ")");
 }
 
+void collective_phase(MPI_Comm comm, const std::function<void()>& fn) {
+  int code = 0;
+  std::string what;
+  try {
+    fn();
+  } catch (const Error& e) {
+    code = e.exit_code();
+    what = e.what();
+  } catch (const std::exception& e) {
+    code = kExitRuntime;
+    what = e.what();
+  }
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  // The lowest failing rank speaks for all.
+  int mine = code != 0 ? rank : size, first = size;
+  UIPC_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == size) return;
+  int len = static_cast<int>(what.size());
+  UIPC_MPI_CHECK(MPI_Bcast(&code, 1, MPI_INT, first, comm));
+  UIPC_MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, comm));
+  what.resize(static_cast<size_t>(len));
+  UIPC_MPI_CHECK(MPI_Bcast(&what[0], len, MPI_CHAR, first, comm));
+  throw CollectiveError(what, code);
+}
+
 void throw_mpi_error(int rc, const char* expr, const char* file, int line) {
   char text[MPI_MAX_ERROR_STRING] = {0};
   int len = 0;

@@ -2,6 +2,9 @@
 // throw with the expression, file:line, host and rank. No check compiles out.
 #pragma once
 
+#include <mpi.h>
+
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -44,6 +47,18 @@ class PeerTimeout : public Error {
  public:
   explicit PeerTimeout(const std::string& what) : Error(what, kExitPeerTimeout) {}
 };
+
+// An error that every rank of the run raised identically (agreed collectively): the
+// program can report it once and finalise MPI cleanly instead of aborting.
+class CollectiveError : public Error {
+ public:
+  CollectiveError(const std::string& what, int exit_code) : Error(what, exit_code) {}
+};
+
+// Runs fn on every rank; if it throws uipc::Error on any rank, every rank throws the
+// same CollectiveError (the message of the lowest failing rank). Collective over comm.
+// Used for the phases that every rank runs alike (options, deck, plan).
+void collective_phase(MPI_Comm comm, const std::function<void()>& fn);
 
 // Tells error messages which rank they come from (set once after MPI_Init).
 void set_error_rank(int rank);

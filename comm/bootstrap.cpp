@@ -1,1 +1,133 @@
-// placeholder: being written
+// MPI bootstrap: owned communicators, node discovery, handle and string exchange.
+#include "comm/bootstrap.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "base/error.hpp"
+
+namespace uipc {
+
+MpiComm& MpiComm::operator=(MpiComm&& o) noexcept {
+  if (this != &o) {
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    comm_ = o.comm_;
+    o.comm_ = MPI_COMM_NULL;
+  }
+  return *this;
+}
+
+MpiComm::~MpiComm() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+int MpiComm::rank() const {
+  int r = 0;
+  UIPC_MPI_CHECK(MPI_Comm_rank(comm_, &r));
+  return r;
+}
+
+int MpiComm::size() const {
+  int s = 0;
+  UIPC_MPI_CHECK(MPI_Comm_size(comm_, &s));
+  return s;
+}
+
+MpiComm dup_comm(MPI_Comm c) {
+  MPI_Comm d;
+  UIPC_MPI_CHECK(MPI_Comm_dup(c, &d));
+  return MpiComm(d);
+}
+
+MpiComm split_comm(MPI_Comm parent, const std::vector<int>& ranks, int my_rank_in_parent) {
+  int color = ranks.empty() ? MPI_UNDEFINED : ranks.front();
+  int key = 0;
+  for (size_t i = 0; i < ranks.size(); ++i)
+    if (ranks[i] == my_rank_in_parent) key = static_cast<int>(i);
+  MPI_Comm c;
+  UIPC_MPI_CHECK(MPI_Comm_split(parent, color, key, &c));
+  return MpiComm(c);
+}
+
+std::string host_name() {
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) return "unknown";
+  return host;
+}
+
+NodeInfo node_info(MPI_Comm comm) {
+  MPI_Comm node;
+  UIPC_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  MpiComm owned(node);
+  return NodeInfo{owned.rank(), owned.size()};
+}
+
+bool all_on_one_node(MPI_Comm comm) {
+  int size = 0;
+  UIPC_MPI_CHECK(MPI_Comm_size(comm, &size));
+  return node_info(comm).local_size == size;
+}
+
+void allgather_bounded(MPI_Comm comm, const void* mine, int bytes, void* all, double timeout_s,
+                       const std::string& what) {
+  MPI_Request req;
+  UIPC_MPI_CHECK(MPI_Iallgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, comm, &req));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  int done = 0;
+  auto nap = std::chrono::microseconds(20);
+  while (true) {
+    UIPC_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(2000));
+  }
+  // The request cannot be completed any more; the caller exits with this error.
+  char buf[64];
+  snprintf(buf, sizeof(buf), "%.1f", timeout_s);
+  throw PeerTimeout("rank " + std::to_string(error_rank()) + ": not every rank of the group arrived within " +
+                    buf + " s at " + what + " (a peer died, hangs, or submitted something else)");
+}
+
+void barrier_bounded(MPI_Comm comm, double timeout_s, const std::string& what) {
+  char none = 0;
+  int size = 0;
+  UIPC_MPI_CHECK(MPI_Comm_size(comm, &size));
+  std::vector<char> all(static_cast<size_t>(size));
+  allgather_bounded(comm, &none, 1, all.data(), timeout_s, what);
+}
+
+std::vector<IpcHandle> allgather_handles(MPI_Comm comm, const IpcHandle& mine) {
+  int size = 0;
+  UIPC_MPI_CHECK(MPI_Comm_size(comm, &size));
+  std::vector<IpcHandle> all(size);
+  UIPC_MPI_CHECK(MPI_Allgather(mine.bytes.data(), static_cast<int>(mine.bytes.size()), MPI_BYTE,
+                               all.data(), static_cast<int>(mine.bytes.size()), MPI_BYTE, comm));
+  return all;
+}
+
+std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& mine) {
+  int size = 0;
+  UIPC_MPI_CHECK(MPI_Comm_size(comm, &size));
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(size), displs(size);
+  UIPC_MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm));
+  int total = 0;
+  for (int i = 0; i < size; ++i) {
+    displs[i] = total;
+    total += lens[i];
+  }
+  std::string buf(static_cast<size_t>(total), '\0');
+  UIPC_MPI_CHECK(MPI_Allgatherv(mine.data(), len, MPI_CHAR, &buf[0], lens.data(), displs.data(),
+                                MPI_CHAR, comm));
+  std::vector<std::string> out(size);
+  for (int i = 0; i < size; ++i) out[i] = buf.substr(displs[i], lens[i]);
+  return out;
+}
+
+}  // namespace uipc

@@ -26,7 +26,9 @@ class Collectives {
   virtual void all_reduce_sum_f32(Stream& s, float* buf, size_t n) = 0;
 };
 
-// Host device only: MPI over `comm` (duplicated; the caller keeps its own).
-std::unique_ptr<Collectives> make_mpi_collectives(MPI_Comm comm);
+// MPI over `comm` (duplicated; the caller keeps its own), staged through host memory
+// with the device's synchronous copies: the host device's collectives in simulation
+// mode, and on GPUs the path that works where NCCL cannot (several ranks on one GPU).
+std::unique_ptr<Collectives> make_mpi_collectives(MPI_Comm comm, Device& dev);
 
 }  // namespace uipc

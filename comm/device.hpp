@@ -113,6 +113,9 @@ class Device {
   virtual DeviceBuffer alloc(size_t bytes, bool exportable = false) = 0;
   virtual IpcHandle export_handle(const DeviceBuffer& buf) = 0;
   virtual PeerMapping open_handle(const IpcHandle& h, size_t bytes) = 0;
+  // Every peer has opened `buf`: drop whatever names it in the system (the host
+  // device's /dev/shm entry), so that nothing outlives the run. Mappings stay valid.
+  virtual void seal_export(const DeviceBuffer& buf) { (void)buf; }
   // Synchronous host <-> device transfers (setup and checking, not the data path).
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
@@ -142,6 +145,14 @@ class Device {
   // watchdog: if it does not happen within the timeout, the stream fails with a
   // PeerTimeout naming `label`.
   virtual void wait_value64_geq(Stream& s, const uint64_t* addr, uint64_t v, const WaitLabel& label) = 0;
+
+  // --- IPC eligibility
+  // Why this device cannot take part in the IPC transport ("" = it can).
+  virtual std::string ipc_ineligible_reason() { return ""; }
+  // The device's ordinal on its node (CUDA), -1 for the host device.
+  virtual int ordinal() const { return -1; }
+  // Why this device cannot copy into a peer device's memory ("" = it can).
+  virtual std::string peer_ineligible_reason(int peer_ordinal) { (void)peer_ordinal; return ""; }
 
   // --- watchdog
   void set_watchdog_seconds(double s) { watchdog_s_ = s; }

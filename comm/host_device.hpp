@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include "comm/device.hpp"
 
@@ -23,5 +24,20 @@ HostStream& host_stream(Stream& s);
 // The prefix of every shared-memory name this program creates in /dev/shm; tests
 // check that none is left behind.
 const char* host_shm_prefix();
+
+// The prefix of the names created by the process `pid` ("/uipc-<pid>-"): a check for
+// leftovers that looks only at its own ranks is not disturbed by other runs on the node.
+std::string host_shm_process_prefix(long pid);
+
+// Drops the /dev/shm name of an exportable buffer of the host device once every peer has
+// opened it: existing mappings stay valid, later open_handle() calls fail, and nothing is
+// left behind even if the process is killed. Idempotent; throws RuntimeError if `dev` is
+// not the host device or `buf` is not exportable. Same as dev.seal_export(buf), which
+// the host device overrides; this form also insists that `dev` is the host device.
+void seal_export(Device& dev, const DeviceBuffer& buf);
+
+// Unlinks every shared-memory name this process created and has not unlinked yet
+// (mappings stay valid). Meant for signal handlers and atexit: no allocation, no locks.
+void host_unlink_all_shm() noexcept;
 
 }  // namespace uipc

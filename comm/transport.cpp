@@ -1,1 +1,123 @@
-// placeholder: being written
+// Transport selection (ipc -> nccl, first that can serve), IPC eligibility, and the
+// MPI collectives that stand in for NCCL on the host device.
+#include "comm/transport.hpp"
+
+#include <cstdlib>
+
+#include "base/error.hpp"
+#include "comm/bootstrap.hpp"
+#include "comm/collectives.hpp"
+
+namespace uipc {
+
+const char* tag_name(Tag t) {
+  switch (t) {
+    case Tag::kQ: return "Q";
+    case Tag::kK: return "K";
+    case Tag::kV: return "V";
+    case Tag::kO: return "O";
+  }
+  return "?";
+}
+
+// Test and operations hook: a non-empty value makes every rank treat the IPC transport
+// as ineligible, with this text as the reason (exercises the fallback path).
+static const char* const kForceIneligibleEnv = "ULYSSES_IPC_FORCE_INELIGIBLE";
+
+std::string ipc_ineligible_reason(Device& dev, MPI_Comm group) {
+  std::string reason;
+  if (const char* forced = std::getenv(kForceIneligibleEnv); forced && *forced)
+    reason = std::string("forced by ") + kForceIneligibleEnv + ": " + forced;
+  if (reason.empty() && !all_on_one_node(group)) reason = "the Ulysses group spans several nodes";
+  if (reason.empty()) reason = dev.ipc_ineligible_reason();
+  if (reason.empty()) {
+    // Peer access between every pair of the group's devices.
+    int ord = dev.ordinal();
+    int size = 0;
+    UIPC_MPI_CHECK(MPI_Comm_size(group, &size));
+    std::vector<int> ords(size);
+    UIPC_MPI_CHECK(MPI_Allgather(&ord, 1, MPI_INT, ords.data(), 1, MPI_INT, group));
+    for (int o : ords) {
+      std::string r = dev.peer_ineligible_reason(o);
+      if (!r.empty()) {
+        reason = r;
+        break;
+      }
+    }
+  }
+  // Agree: the first non-empty reason by rank order wins on every rank.
+  std::vector<std::string> all = allgather_strings(group, reason);
+  for (size_t i = 0; i < all.size(); ++i)
+    if (!all[i].empty()) return "rank " + std::to_string(i) + " of the group: " + all[i];
+  return "";
+}
+
+SelectedTransport select_transport(const std::string& requested, Device& dev, MPI_Comm group,
+                                   Collectives& coll, int cache_capacity) {
+  SelectedTransport sel;
+  if (requested == "ipc") {
+    std::string why = ipc_ineligible_reason(dev, group);
+    if (why.empty()) {
+      sel.transport = make_ipc_transport(dev, group, cache_capacity);
+      sel.used = "ipc";
+      return sel;
+    }
+    sel.fallback_reason = "ipc not eligible: " + why;
+  } else if (requested != "nccl") {
+    throw InputError("unknown transport '" + requested + "' (allowed: nccl, ipc)");
+  }
+  sel.transport = make_nccl_transport(dev, coll);
+  sel.used = "nccl";
+  return sel;
+}
+
+// --- MPI collectives for the host device
+
+namespace {
+
+class MpiCollectives : public Collectives {
+ public:
+  MpiCollectives(MPI_Comm c, Device& dev) : comm_(dup_comm(c)), dev_(dev) {}
+  std::string name() const override { return "mpi"; }
+  int size() const override { return comm_.size(); }
+  int rank() const override { return comm_.rank(); }
+
+  void all_to_all(Stream& s, const void* send, void* recv, size_t bytes_per_peer) override {
+    UIPC_CHECK(bytes_per_peer <= static_cast<size_t>(INT32_MAX), "all-to-all chunk too large for MPI");
+    const size_t total = bytes_per_peer * static_cast<size_t>(size());
+    s.synchronize();  // the bytes are final once the stream has drained
+    std::vector<unsigned char> out(total), in(total);
+    dev_.copy_to_host(out.data(), send, total);
+    UIPC_MPI_CHECK(MPI_Alltoall(out.data(), static_cast<int>(bytes_per_peer), MPI_BYTE, in.data(),
+                                static_cast<int>(bytes_per_peer), MPI_BYTE, comm_.get()));
+    dev_.copy_to_device(recv, in.data(), total);
+  }
+
+  void all_reduce_sum_f32(Stream& s, float* buf, size_t n) override {
+    s.synchronize();
+    // Summed in rank order, so the result is the same on every rank (docs/math.md §7).
+    const int size = comm_.size();
+    std::vector<float> mine(n), all(n * static_cast<size_t>(size));
+    dev_.copy_to_host(mine.data(), buf, n * sizeof(float));
+    UIPC_MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(n), MPI_FLOAT, all.data(), static_cast<int>(n),
+                                 MPI_FLOAT, comm_.get()));
+    for (size_t i = 0; i < n; ++i) {
+      float acc = 0.0f;
+      for (int r = 0; r < size; ++r) acc += all[static_cast<size_t>(r) * n + i];
+      mine[i] = acc;
+    }
+    dev_.copy_to_device(buf, mine.data(), n * sizeof(float));
+  }
+
+ private:
+  MpiComm comm_;
+  Device& dev_;
+};
+
+}  // namespace
+
+std::unique_ptr<Collectives> make_mpi_collectives(MPI_Comm comm, Device& dev) {
+  return std::make_unique<MpiCollectives>(comm, dev);
+}
+
+}  // namespace uipc

@@ -13,6 +13,8 @@
 #include <memory>
 #include <string>
 
+#include <mpi.h>
+
 #include "base/dtype.hpp"
 #include "comm/device.hpp"
 
@@ -69,6 +71,39 @@ class Transport {
   // or nullptrs when the transport has no separate copy stream.
   virtual std::pair<Event*, Event*> copy_interval(Tag tag) { (void)tag; return {nullptr, nullptr}; }
   virtual TransportStats stats() const = 0;
+  // Closes this rank's mappings of peers' memory. Every rank of the group calls it,
+  // then the group synchronises, then transports are destroyed: importers close before
+  // exporters free. Streams must be idle.
+  virtual void close_peer_mappings() {}
 };
+
+// --- the transports, and the selection that walks ipc -> nccl
+
+class Collectives;
+
+// The NCCL baseline: pack head slices, all-to-all over `coll`, unpack. One all-to-all
+// per group (its submissions are packed together at the barrier).
+std::unique_ptr<Transport> make_nccl_transport(Device& dev, Collectives& coll);
+
+// The IPC transport over the ranks of `group` (all on one node): copies from each
+// rank straight into peers' cached final-layout targets on a high-priority copy
+// stream, one grouped epoch handshake per group. `cache_capacity` bounds the targets.
+std::unique_ptr<Transport> make_ipc_transport(Device& dev, MPI_Comm group, int cache_capacity);
+
+// Why the IPC transport cannot serve `group` ("" = it can). Collective over group: all
+// ranks get the same answer.
+std::string ipc_ineligible_reason(Device& dev, MPI_Comm group);
+
+struct SelectedTransport {
+  std::unique_ptr<Transport> transport;
+  std::string used;             // name of the transport that serves
+  std::string fallback_reason;  // why it is not the requested one ("" = it is)
+};
+
+// Walks the ordered list for `requested` ("ipc": ipc, then nccl; "nccl": nccl) and
+// takes the first that can serve. Collective over group. Throws InputError for an
+// unknown name. Called before any group starts, so a fallback never happens mid-group.
+SelectedTransport select_transport(const std::string& requested, Device& dev, MPI_Comm group,
+                                   Collectives& coll, int cache_capacity);
 
 }  // namespace uipc

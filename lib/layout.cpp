@@ -1,1 +1,47 @@
-// placeholder: being written
+// Layout math: ranks -> (tp_rank, u_rank), sequence shards and head slices.
+#include "lib/layout.hpp"
+
+#include "base/error.hpp"
+
+namespace uipc {
+
+std::vector<int> Layout::ulysses_group() const {
+  std::vector<int> g;
+  for (int u = 0; u < ulysses; ++u) g.push_back(tp_rank * ulysses + u);
+  return g;
+}
+
+std::vector<int> Layout::tp_group() const {
+  std::vector<int> g;
+  for (int t = 0; t < tp; ++t) g.push_back(t * ulysses + u_rank);
+  return g;
+}
+
+std::string Layout::describe() const {
+  std::string s = tp > 1 ? "TP" + std::to_string(tp) + " x Ulysses" + std::to_string(ulysses)
+                         : "Ulysses" + std::to_string(ulysses);
+  return s + " (rank " + std::to_string(rank) + ": tp_rank " + std::to_string(tp_rank) +
+         ", u_rank " + std::to_string(u_rank) + ")";
+}
+
+Layout make_layout(const Case& c, int world, int rank) {
+  validate_case_for_world(c, world);
+  Layout l;
+  l.world = world;
+  l.rank = rank;
+  l.tp = c.tp;
+  l.ulysses = c.ulysses_for(world);
+  UIPC_CHECK(l.tp * l.ulysses == world, "validated layout must cover the world");
+  l.tp_rank = rank / l.ulysses;
+  l.u_rank = rank % l.ulysses;
+  l.batch = c.batch;
+  l.seq = c.seq_len;
+  l.seq_local = c.seq_len / l.ulysses;
+  l.heads = c.heads;
+  l.heads_tp = c.heads / l.tp;
+  l.heads_local = l.heads_tp / l.ulysses;
+  l.head_dim = c.head_dim;
+  return l;
+}
+
+}  // namespace uipc

@@ -78,6 +78,10 @@ struct Provenance {
 // the temporary is removed and nothing is left at `path`.
 void write_report(const std::string& path, const Provenance& prov, const std::vector<CaseResult>& cases);
 
+// Removes the temporary file of a report being written, if any (async-signal-safe:
+// called from the SIGINT/SIGTERM handler so that no half report is left behind).
+void remove_partial_report() noexcept;
+
 // Summary statistics of `ms` (p in [0, 100], linear interpolation between order stats).
 double percentile(std::vector<double> ms, double p);
 

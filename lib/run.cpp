@@ -1,1 +1,318 @@
-// placeholder: being written
+// The run driver: every rank reads the deck, runs its share of every case for each
+// transport and schedule, checks parity against the dense reference, and rank 0
+// writes the report.
+#include "lib/run.hpp"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+
+#include "base/error.hpp"
+#include "comm/bootstrap.hpp"
+#include "lib/layout.hpp"
+#include "lib/pipeline.hpp"
+#include "lib/report.hpp"
+
+namespace uipc {
+namespace {
+
+std::string iso_date_utc() {
+  std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return buf;
+}
+
+std::string mpi_version() {
+  char v[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(v, &len);
+  std::string s(v, static_cast<size_t>(len));
+  auto nl = s.find_first_of("\r\n,");
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+// The reference rows of every rank's shard, sent from rank 0 (which computed the dense
+// layer) to their owners. Returns this rank's (B, S/U, C) reference values.
+std::vector<float> distribute_reference(const std::vector<float>& full, const Case& c, const Layout& l) {
+  const int64_t C = c.width(), S = c.seq_len, Sl = l.seq_local;
+  const size_t shard = static_cast<size_t>(l.batch * Sl * C);
+  std::vector<float> sendbuf, mine(shard);
+  if (l.rank == 0) {
+    sendbuf.resize(shard * static_cast<size_t>(l.world));
+    for (int r = 0; r < l.world; ++r) {
+      const int64_t u = r % l.ulysses;
+      for (int64_t b = 0; b < l.batch; ++b)
+        std::copy_n(full.begin() + (b * S + u * Sl) * C, Sl * C, sendbuf.begin() + r * shard + b * Sl * C);
+    }
+  }
+  UIPC_CHECK(shard <= static_cast<size_t>(INT32_MAX), "reference shard too large for MPI_Scatter");
+  UIPC_MPI_CHECK(MPI_Scatter(sendbuf.data(), static_cast<int>(shard), MPI_FLOAT, mine.data(), static_cast<int>(shard),
+                             MPI_FLOAT, 0, MPI_COMM_WORLD));
+  return mine;
+}
+
+struct Parity {
+  double max_abs = 0, rel_l2 = 0;
+  bool finite = true;
+};
+
+Parity check_parity(Device& dev, const DeviceBuffer& y, DType t, const std::vector<float>& ref) {
+  std::vector<unsigned char> raw(ref.size() * dtype_size(t));
+  dev.copy_to_host(raw.data(), y.get(), raw.size());
+  double sums[2] = {0, 0};  // ||y - ref||^2, ||ref||^2
+  double max_abs = 0, nonfinite = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double v = load_as_float(t, raw.data(), i), r = ref[i];
+    if (!std::isfinite(v)) {
+      nonfinite += 1;
+      continue;
+    }
+    const double d = v - r;
+    sums[0] += d * d;
+    sums[1] += r * r;
+    max_abs = std::max(max_abs, std::fabs(d));
+  }
+  double gsums[2], gmax[2], local_max[2] = {max_abs, nonfinite};
+  UIPC_MPI_CHECK(MPI_Allreduce(sums, gsums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  UIPC_MPI_CHECK(MPI_Allreduce(local_max, gmax, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  Parity p;
+  p.max_abs = gmax[0];
+  p.finite = gmax[1] == 0;
+  p.rel_l2 = gsums[1] > 0 ? std::sqrt(gsums[0] / gsums[1]) : std::sqrt(gsums[0]);
+  return p;
+}
+
+// Rank 0 receives every rank's [iteration][stage] timings (and overlaps).
+void gather_timings(const std::vector<LayerTiming>& mine, int world, int repeat, int iterations, RunResult& out) {
+  std::vector<double> flat;
+  for (const auto& t : mine) {
+    flat.insert(flat.end(), t.stage_ms, t.stage_ms + kNumStages);
+    flat.push_back(t.v_overlap_ms);
+  }
+  const int per = static_cast<int>(flat.size());
+  std::vector<double> all(static_cast<size_t>(per) * world);
+  UIPC_MPI_CHECK(MPI_Gather(flat.data(), per, MPI_DOUBLE, all.data(), per, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  for (int i = 0; i < iterations; ++i)
+    for (int r = 0; r < world; ++r) {
+      const double* src = all.data() + static_cast<size_t>(r) * per + static_cast<size_t>(i) * (kNumStages + 1);
+      const size_t idx = (static_cast<size_t>(repeat) * iterations + i) * world + r;
+      std::copy_n(src, kNumStages, out.stage_ms.begin() + idx * kNumStages);
+      out.v_overlap_ms[idx] = src[kNumStages];
+    }
+}
+
+class Printer {
+ public:
+  explicit Printer(bool quiet) : quiet_(quiet) { MPI_Comm_rank(MPI_COMM_WORLD, &rank_); }
+  template <typename... A>
+  void line(const char* fmt, A... a) const {
+    if (rank_ == 0 && !quiet_) {
+      std::printf(fmt, a...);
+      std::fflush(stdout);
+    }
+  }
+
+ private:
+  bool quiet_;
+  int rank_ = 0;
+};
+
+}  // namespace
+
+int run_deck(const RunOptions& opt) {
+  int world = 1, rank = 0;
+  UIPC_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  UIPC_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  Printer out(opt.quiet);
+  const auto t_start = std::chrono::steady_clock::now();
+
+  // Phase 1, alike on every rank: the deck and which of its cases fit this world.
+  // An error here is agreed by all ranks and reported once.
+  Deck deck;
+  std::vector<Case> todo;
+  std::vector<std::string> skipped;
+  collective_phase(MPI_COMM_WORLD, [&] {
+    deck = read_deck(opt.deck_path);
+    for (const auto& name : opt.cases) {
+      bool found = false;
+      for (const auto& c : deck.cases) found = found || c.name == name;
+      if (!found) throw InputError("--case: no case named '" + name + "' in " + opt.deck_path);
+    }
+    for (const auto& c : deck.cases) {
+      if (!opt.cases.empty() && std::find(opt.cases.begin(), opt.cases.end(), c.name) == opt.cases.end()) continue;
+      try {
+        validate_case_for_world(c, world);
+        todo.push_back(c);
+      } catch (const InputError& e) {
+        // A named case, or the only one, must fit; others that do not are skipped.
+        if (!opt.cases.empty() || deck.cases.size() == 1) throw;
+        skipped.push_back(c.name + ": " + e.what());
+      }
+    }
+    if (todo.empty())
+      throw InputError(opt.deck_path + ": no case of the deck can run on " + std::to_string(world) + " rank(s): " +
+                       (skipped.empty() ? std::string("none selected") : skipped.front()));
+  });
+  for (const auto& s : skipped) out.line("skipped %s\n", s.c_str());
+
+  Backend be;
+  collective_phase(MPI_COMM_WORLD, [&] { be = make_backend(opt.backend, MPI_COMM_WORLD); });
+  Provenance prov;
+  prov.version = ULYSSES_GIT_REV;
+  prov.date = iso_date_utc();
+  prov.command_line = opt.command_line;
+  prov.mode = be.mode;
+  prov.deck_path = opt.deck_path;
+  prov.world_size = world;
+  prov.hosts = allgather_strings(MPI_COMM_WORLD, host_name());
+  prov.devices = allgather_strings(MPI_COMM_WORLD, be.device->name());
+  prov.versions["ulysses-ipc"] = ULYSSES_VERSION;
+  prov.versions["mpi"] = mpi_version();
+  if (!opt.kokkos_version.empty()) prov.versions["kokkos"] = opt.kokkos_version;
+  if (!be.versions_cuda.empty()) prov.versions["cuda"] = be.versions_cuda;
+  if (!be.versions_nccl.empty()) prov.versions["nccl"] = be.versions_nccl;
+
+  out.line("ulysses-ipc %s: %d rank(s), mode %s, deck %s (%zu case(s) to run)\n", ULYSSES_GIT_REV, world,
+           be.mode.c_str(), opt.deck_path.c_str(), todo.size());
+
+  std::vector<CaseResult> results;
+  bool all_pass = true;
+  std::unique_ptr<Stream> compute = be.device->create_stream(StreamPriority::kNormal);
+
+  for (size_t ci = 0; ci < todo.size(); ++ci) {
+    const Case& c = todo[ci];
+    const auto t_case = std::chrono::steady_clock::now();
+    be.device->set_watchdog_seconds(opt.watchdog_s > 0 ? opt.watchdog_s : c.watchdog_s);
+    Layout l = make_layout(c, world, rank);
+    MpiComm ucomm = split_comm(MPI_COMM_WORLD, l.ulysses_group(), rank);
+    MpiComm tcomm = split_comm(MPI_COMM_WORLD, l.tp_group(), rank);
+    auto ucoll = be.make_collectives(ucomm.get());
+    auto tcoll = l.tp > 1 ? be.make_collectives(tcomm.get()) : nullptr;
+
+    HostLayerData host = generate_layer_data(c, l);
+    LayerData data = upload_layer_data(*be.device, c, l, host);
+    std::vector<float> full_ref;
+    if (rank == 0) full_ref = dense_reference(*be.device, *be.kernels, c, *compute);
+    std::vector<float> ref = distribute_reference(full_ref, c, l);
+
+    CaseResult cr;
+    cr.spec = c;
+    for (const auto& tname : c.transports) {
+      for (const auto& sname : c.schedules) {
+        Schedule sched = make_schedule(sname, c.fused_qkv);
+        SelectedTransport sel = select_transport(tname, *be.device, ucomm.get(), *ucoll, opt.cache_capacity);
+        // The output gather: NCCL (the seed measured it faster) unless asked otherwise or
+        // unusable; IPC reuses the scatter's transport when that is IPC.
+        std::unique_ptr<Transport> own_gather;
+        Transport* gather = nullptr;
+        std::string gather_name = opt.gather;
+        if (gather_name == "auto") gather_name = (be.mode == "gpu" && !be.nccl_usable) ? "ipc" : "nccl";
+        if (gather_name == "ipc" && sel.used == "ipc") {
+          gather = sel.transport.get();
+        } else {
+          SelectedTransport g = select_transport(gather_name, *be.device, ucomm.get(), *ucoll, opt.cache_capacity);
+          gather_name = g.used;
+          own_gather = std::move(g.transport);
+          gather = own_gather.get();
+        }
+
+        RunResult rr;
+        rr.transport_requested = tname;
+        rr.transport_used = sel.used;
+        rr.fallback_reason = sel.fallback_reason;
+        rr.gather_transport = gather_name;
+        rr.schedule = sname;
+        rr.projection = sched.fused ? "fused" : "separate";
+        rr.repeats = c.repeats;
+        rr.iterations = c.iterations;
+        rr.ranks = world;
+        rr.stage_ms.assign(static_cast<size_t>(c.repeats) * c.iterations * world * kNumStages, 0.0);
+        rr.v_overlap_ms.assign(static_cast<size_t>(c.repeats) * c.iterations * world, 0.0);
+
+        LayerPipeline pipe(*be.device, *be.kernels, c, l, data, sched, *sel.transport, *gather, tcoll.get(), *compute);
+        for (int rep = 0; rep < c.repeats; ++rep) {
+          for (int w = 0; w < c.warmup; ++w) {
+            pipe.enqueue_layer();
+            compute->synchronize();
+          }
+          std::vector<LayerTiming> times;
+          for (int it = 0; it < c.iterations; ++it) {
+            pipe.poison_output();
+            pipe.enqueue_layer();
+            compute->synchronize();
+            times.push_back(pipe.last_timing());
+          }
+          gather_timings(times, world, rep, c.iterations, rr);
+        }
+        Parity p = check_parity(*be.device, pipe.output(), c.dtype, ref);
+        rr.parity_max_abs = p.max_abs;
+        rr.parity_rel_l2 = p.rel_l2;
+        rr.parity_finite = p.finite;
+        rr.parity_pass = p.finite && p.max_abs <= c.tol_max_abs && p.rel_l2 <= c.tol_rel_l2;
+        all_pass = all_pass && rr.parity_pass;
+
+        TransportStats st = sel.transport->stats();
+        const int64_t layers = static_cast<int64_t>(c.repeats) * (c.warmup + c.iterations);
+        rr.handshakes_per_layer = static_cast<int>(st.handshakes / std::max<int64_t>(1, layers));
+        rr.cache_hits = st.cache_hits;
+        rr.cache_misses = st.cache_misses;
+        rr.cache_evictions = st.cache_evictions;
+        const int64_t es = static_cast<int64_t>(dtype_size(c.dtype));
+        const int64_t off_rank_heads = l.heads_tp - l.heads_local;
+        rr.scatter_bytes_per_rank = 3 * l.batch * l.seq_local * off_rank_heads * l.head_dim * es;
+        rr.gather_bytes_per_rank = l.batch * l.seq_local * off_rank_heads * l.head_dim * es;
+
+        // Importers close before exporters free.
+        compute->synchronize();
+        sel.transport->close_peer_mappings();
+        if (own_gather) own_gather->close_peer_mappings();
+        barrier_bounded(MPI_COMM_WORLD, be.device->watchdog_seconds(), "the end of run " + tname + "/" + sname);
+
+        std::vector<double> layer_ms;
+        for (size_t i = 0; i < rr.stage_ms.size(); i += kNumStages) layer_ms.push_back(rr.stage_ms[i + kStageLayer]);
+        out.line("  %-24s %-5s%-6s %-14s parity %s (max_abs %.2e, rel_l2 %.2e)  layer median %.3f ms\n",
+                 c.name.c_str(), tname.c_str(), sel.used == tname ? "" : ("->" + sel.used).c_str(), sname.c_str(),
+                 rr.parity_pass ? "PASS" : "FAIL", p.max_abs, p.rel_l2, rank == 0 ? percentile(layer_ms, 50) : 0.0);
+        cr.runs.push_back(std::move(rr));
+      }
+    }
+    if (opt.dump && rank == 0) {
+      cr.has_dump = true;
+      const int64_t C = c.width();
+      cr.dump.tensors.push_back({"reference_output", full_ref});
+      cr.dump.shapes["reference_output"] = {c.batch, c.seq_len, C};
+      Case dense = c;
+      dense.tp = 1;
+      dense.ulysses = 1;
+      HostLayerData full = generate_layer_data(dense, make_layout(dense, 1, 0));
+      cr.dump.tensors.push_back({"x", full.x});
+      cr.dump.shapes["x"] = {c.batch, c.seq_len, C};
+      cr.dump.tensors.push_back({"w_qkv", full.w_qkv});
+      cr.dump.shapes["w_qkv"] = {C, 3, c.heads, c.head_dim};
+      cr.dump.tensors.push_back({"w_o", full.w_o});
+      cr.dump.shapes["w_o"] = {C, C};
+      for (auto* t : {&full.gamma_q, &full.gamma_k, &full.beta_q, &full.beta_k}) {
+        if (t->empty()) continue;
+        const char* n = t == &full.gamma_q ? "gamma_q" : t == &full.gamma_k ? "gamma_k" : t == &full.beta_q ? "beta_q" : "beta_k";
+        cr.dump.tensors.push_back({n, *t});
+        cr.dump.shapes[n] = {static_cast<int64_t>(t->size())};
+      }
+    }
+    results.push_back(std::move(cr));
+    const double case_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_case).count();
+    const double per_case = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count() / (ci + 1);
+    out.line("[%zu/%zu] %s done in %.1f s, about %.0f s left\n", ci + 1, todo.size(), c.name.c_str(), case_s,
+             per_case * static_cast<double>(todo.size() - ci - 1));
+  }
+
+  if (rank == 0) write_report(opt.report_path, prov, results);
+  UIPC_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  out.line("report: %s; parity %s\n", opt.report_path.c_str(), all_pass ? "PASS" : "FAIL");
+  return all_pass ? kExitOk : kExitParityFailed;
+}
+
+}  // namespace uipc

@@ -1,0 +1,59 @@
+// Bootstrap over MPI: node discovery and IPC handle exchange. MPI is used for setup
+// and handle exchange only, never for the IPC transport's data path.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "comm/device.hpp"
+
+namespace uipc {
+
+// Owns an MPI communicator (freed in the destructor).
+class MpiComm {
+ public:
+  MpiComm() = default;
+  explicit MpiComm(MPI_Comm c) : comm_(c) {}
+  MpiComm(MpiComm&& o) noexcept : comm_(o.comm_) { o.comm_ = MPI_COMM_NULL; }
+  MpiComm& operator=(MpiComm&& o) noexcept;
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+  ~MpiComm();
+  MPI_Comm get() const { return comm_; }
+  int rank() const;
+  int size() const;
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+MpiComm dup_comm(MPI_Comm c);
+// The sub-communicator of `ranks` (world ranks, in order) that contains the caller;
+// every rank of `parent` calls it with its own group (color = first member).
+MpiComm split_comm(MPI_Comm parent, const std::vector<int>& ranks, int my_rank_in_parent);
+
+std::string host_name();
+// Rank within the node and ranks on the node.
+struct NodeInfo {
+  int local_rank = 0;
+  int local_size = 1;
+};
+NodeInfo node_info(MPI_Comm comm);
+// True when every rank of `comm` runs on the same node.
+bool all_on_one_node(MPI_Comm comm);
+
+// MPI_Allgather of `bytes` per rank that gives up after `timeout_s` with a PeerTimeout
+// naming `what` and the ranks that never arrived, instead of hanging.
+void allgather_bounded(MPI_Comm comm, const void* mine, int bytes, void* all, double timeout_s,
+                       const std::string& what);
+// MPI_Barrier, bounded likewise.
+void barrier_bounded(MPI_Comm comm, double timeout_s, const std::string& what);
+
+// Every rank's handle, indexed by rank of comm.
+std::vector<IpcHandle> allgather_handles(MPI_Comm comm, const IpcHandle& mine);
+// Every rank's string, indexed by rank of comm.
+std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& mine);
+
+}  // namespace uipc

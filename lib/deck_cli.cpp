@@ -1,0 +1,398 @@
+// `ulysses-ipc deck new|show|presets`, and the preset table from which
+// inputs/make_decks.sh regenerates every shipped deck.
+#include "lib/deck_cli.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <limits>
+
+#include "base/error.hpp"
+
+namespace uipc {
+
+namespace {
+
+// ------------------------------------------------------------------ presets
+// The one table of presets. Each shipped deck is inputs/<preset>.h5, written from this
+// table by inputs/make_decks.sh; change a preset here, then rerun that script.
+
+struct Preset {
+  const char* name;
+  const char* description;  // becomes the deck's description
+  std::function<std::vector<Case>()> cases;
+};
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> table = {
+      {"default",
+       "Shipped default: two small layers that 4 MPI ranks on 2 CPU cores run in seconds in simulation "
+       "mode; ulysses = 0, so it runs at 1, 2 and 4 ranks.",
+       [] {
+         Case a;
+         a.name = "small-bf16";
+         a.description = "small fused-QKV bf16 layer, RMS QK norm per head, 1-D RoPE";
+         a.batch = 1;
+         a.seq_len = 256;
+         a.heads = 8;
+         a.head_dim = 64;
+         a.dtype = DType::kBF16;
+         a.qk_norm = NormKind::kRmsPerHead;
+         a.rope = RopeKind::k1D;
+         a.fused_qkv = true;
+         a.ulysses = 0;
+         a.tp = 1;
+         a.transports = {"nccl", "ipc"};
+         a.schedules = {"baseline", "v-first", "v-first-split"};
+         a.warmup = 1;
+         a.iterations = 3;
+         a.repeats = 1;
+
+         Case b = a;
+         b.name = "small-fp16-layernorm";
+         b.description = "small fp16 layer with separate Q/K/V projections and LayerNorm QK norm per head";
+         b.batch = 2;
+         b.seq_len = 128;
+         b.heads = 8;
+         b.head_dim = 32;
+         b.dtype = DType::kFP16;
+         b.qk_norm = NormKind::kLayerPerHead;
+         b.fused_qkv = false;
+         b.schedules = {"baseline", "v-first-split"};
+         return std::vector<Case>{a, b};
+       }},
+      {"flux-dev-1024",
+       "FLUX.1-dev joint attention at 1024x1024 (GPU runs): 4096 image + 512 text tokens, 24 heads x 128, "
+       "RMS QK norm per head. 1-D RoPE stands in for Flux's 3-axis RoPE (same cost, other angles).",
+       [] {
+         Case c;
+         c.name = "flux-dev-1024";
+         c.description = "FLUX.1-dev, 1024x1024: B1 S4608 H24 D128 bf16, fused QKV";
+         c.batch = 1;
+         c.seq_len = 4608;
+         c.heads = 24;
+         c.head_dim = 128;
+         c.dtype = DType::kBF16;
+         c.qk_norm = NormKind::kRmsPerHead;
+         c.rope = RopeKind::k1D;
+         c.fused_qkv = true;
+         c.transports = {"nccl", "ipc"};
+         c.schedules = {"baseline", "v-first", "v-first-split"};
+         c.warmup = 5;
+         c.iterations = 20;
+         c.repeats = 3;
+         return std::vector<Case>{c};
+       }},
+      {"wan2.1-14b-720p",
+       "Wan2.1-14B self-attention, 720p x 81 frames (GPU runs): 21x45x80 = 75600 tokens, 40 heads x 128, "
+       "RMS QK norm across heads (tp = 1 only), separate Q/K/V. 1-D RoPE stands in for Wan's 3-axis RoPE.",
+       [] {
+         Case c;
+         c.name = "wan2.1-14b-720p";
+         c.description = "Wan2.1-14B, 1280x720 x 81 frames: B1 S75600 H40 D128 bf16, separate projections";
+         c.batch = 1;
+         c.seq_len = 75600;
+         c.heads = 40;
+         c.head_dim = 128;
+         c.dtype = DType::kBF16;
+         c.qk_norm = NormKind::kRmsAcrossHeads;
+         c.rope = RopeKind::k1D;
+         c.fused_qkv = false;
+         c.tp = 1;
+         c.transports = {"nccl", "ipc"};
+         c.schedules = {"baseline", "v-first-split"};
+         c.warmup = 5;
+         c.iterations = 20;
+         c.repeats = 3;
+         return std::vector<Case>{c};
+       }},
+  };
+  return table;
+}
+
+const Preset* find_preset(const std::string& name) {
+  for (const Preset& p : presets())
+    if (name == p.name) return &p;
+  return nullptr;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
+  return s;
+}
+
+// ------------------------------------------------------------------ option parsing
+
+[[noreturn]] void usage_error(const std::string& what) {
+  throw InputError("deck " + what + " (see 'ulysses-ipc deck help')");
+}
+
+int64_t parse_i64(const std::string& flag, const std::string& v) {
+  int64_t x = 0;
+  auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size())
+    usage_error("new: " + flag + ": '" + v + "' is not an integer");
+  return x;
+}
+
+int parse_int(const std::string& flag, const std::string& v) {
+  int64_t x = parse_i64(flag, v);
+  if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
+    usage_error("new: " + flag + ": " + v + " is out of range");
+  return static_cast<int>(x);
+}
+
+uint64_t parse_u64(const std::string& flag, const std::string& v) {
+  uint64_t x = 0;
+  auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size())
+    usage_error("new: " + flag + ": '" + v + "' is not a non-negative integer");
+  return x;
+}
+
+double parse_f64(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  double x = v.empty() ? 0 : std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(x))
+    usage_error("new: " + flag + ": '" + v + "' is not a finite number");
+  return x;
+}
+
+std::vector<std::string> parse_list(const std::string& flag, const std::string& v) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= v.size()) {
+    size_t end = v.find(',', start);
+    if (end == std::string::npos) end = v.size();
+    std::string item = v.substr(start, end - start);
+    if (item.empty()) usage_error("new: " + flag + ": empty name in '" + v + "' (use a,b,c)");
+    out.push_back(item);
+    start = end + 1;
+  }
+  return out;
+}
+
+template <class E>
+E parse_named(const std::string& flag, const std::string& v, int count, const char* (*name_of)(E)) {
+  std::vector<std::string> names;
+  for (int i = 0; i < count; ++i) {
+    names.push_back(name_of(static_cast<E>(i)));
+    if (v == names.back()) return static_cast<E>(i);
+  }
+  usage_error("new: " + flag + ": unknown value '" + v + "' (allowed: " + join(names) + ")");
+}
+
+struct Option {
+  const char* flag;
+  const char* arg;
+  const char* help;
+  void (*apply)(Case& c, const std::string& flag, const std::string& v);
+};
+
+// Options that set one case field (--preset, --name, -o are handled apart).
+const std::vector<Option>& field_options() {
+  static const std::vector<Option> opts = {
+      {"--description", "TEXT", "free text about the case",
+       [](Case& c, const std::string&, const std::string& v) { c.description = v; }},
+      {"--batch", "B", "batch size (1..1024)",
+       [](Case& c, const std::string& f, const std::string& v) { c.batch = parse_i64(f, v); }},
+      {"--seq-len", "S", "global sequence length, tokens (1..4194304)",
+       [](Case& c, const std::string& f, const std::string& v) { c.seq_len = parse_i64(f, v); }},
+      {"--heads", "H", "attention heads (1..1024)",
+       [](Case& c, const std::string& f, const std::string& v) { c.heads = parse_int(f, v); }},
+      {"--head-dim", "D", "channels per head (1..512, even with RoPE)",
+       [](Case& c, const std::string& f, const std::string& v) { c.head_dim = parse_int(f, v); }},
+      {"--dtype", "T", "bf16, fp16 or fp32",
+       [](Case& c, const std::string& f, const std::string& v) { c.dtype = parse_named<DType>(f, v, 3, dtype_name); }},
+      {"--qk-norm", "K", "none, rms, rms_across_heads or layer",
+       [](Case& c, const std::string& f, const std::string& v) {
+         c.qk_norm = parse_named<NormKind>(f, v, 4, norm_kind_name);
+       }},
+      {"--norm-eps", "X", "epsilon of the Q/K norm (0 < X < 1)",
+       [](Case& c, const std::string& f, const std::string& v) { c.norm_eps = static_cast<float>(parse_f64(f, v)); }},
+      {"--rope", "R", "none or 1d",
+       [](Case& c, const std::string& f, const std::string& v) {
+         c.rope = parse_named<RopeKind>(f, v, 2, rope_kind_name);
+       }},
+      {"--rope-theta", "X", "RoPE base (> 0)",
+       [](Case& c, const std::string& f, const std::string& v) { c.rope_theta = static_cast<float>(parse_f64(f, v)); }},
+      {"--fused-qkv", "0|1", "one fused QKV projection (1) or three (0)",
+       [](Case& c, const std::string& f, const std::string& v) {
+         if (v != "0" && v != "1") usage_error("new: " + f + ": '" + v + "' (allowed: 0, 1)");
+         c.fused_qkv = v == "1";
+       }},
+      {"--ulysses", "U", "Ulysses degree, 0 = all ranks / tp (0..64)",
+       [](Case& c, const std::string& f, const std::string& v) { c.ulysses = parse_int(f, v); }},
+      {"--tp", "T", "tensor-parallel degree (1, 2, 4, 8)",
+       [](Case& c, const std::string& f, const std::string& v) { c.tp = parse_int(f, v); }},
+      {"--transports", "a,b", "scatter transports to compare (nccl, ipc)",
+       [](Case& c, const std::string& f, const std::string& v) { c.transports = parse_list(f, v); }},
+      {"--schedules", "a,b", "schedules to compare (baseline, v-first, v-first-split)",
+       [](Case& c, const std::string& f, const std::string& v) { c.schedules = parse_list(f, v); }},
+      {"--warmup", "W", "untimed layers before timing (0..10000)",
+       [](Case& c, const std::string& f, const std::string& v) { c.warmup = parse_int(f, v); }},
+      {"--iterations", "I", "timed layers per repeat (1..100000)",
+       [](Case& c, const std::string& f, const std::string& v) { c.iterations = parse_int(f, v); }},
+      {"--repeats", "R", "repeats of warmup + iterations (1..1000)",
+       [](Case& c, const std::string& f, const std::string& v) { c.repeats = parse_int(f, v); }},
+      {"--seed", "S", "seed of inputs and weights (0..2^64-1)",
+       [](Case& c, const std::string& f, const std::string& v) { c.seed = parse_u64(f, v); }},
+      {"--tol-max-abs", "X", "parity tolerance, max |y - y_ref| (> 0)",
+       [](Case& c, const std::string& f, const std::string& v) { c.tol_max_abs = parse_f64(f, v); }},
+      {"--tol-rel-l2", "X", "parity tolerance, ||y - y_ref|| / ||y_ref|| (> 0)",
+       [](Case& c, const std::string& f, const std::string& v) { c.tol_rel_l2 = parse_f64(f, v); }},
+      {"--watchdog", "S", "seconds a peer may be late before the run fails (0 < S <= 86400)",
+       [](Case& c, const std::string& f, const std::string& v) { c.watchdog_s = parse_f64(f, v); }},
+  };
+  return opts;
+}
+
+void print_usage(std::ostream& out) {
+  out << "usage: ulysses-ipc deck new [--preset NAME] [--name N] [FIELD OPTIONS] -o FILE\n"
+         "       ulysses-ipc deck show FILE\n"
+         "       ulysses-ipc deck presets [--names]\n"
+         "       ulysses-ipc deck help\n"
+         "\n"
+         "deck new writes a deck (docs/deck.md). Without --preset: one case from the built-in\n"
+         "defaults, named by --name (default 'custom'). With --preset: every case of the preset,\n"
+         "or with --name only the preset's case of that name. Field options override that field\n"
+         "in every case written. Options take their value as '--opt V' or '--opt=V'.\n"
+         "\n"
+         "  --preset NAME          start from a preset (see 'deck presets')\n"
+         "  --name N               case name (letters, digits, _ - . +)\n";
+  for (const Option& o : field_options()) {
+    std::string lhs = std::string(o.flag) + " " + o.arg;
+    out << "  " << lhs << std::string(lhs.size() < 23 ? 23 - lhs.size() : 1, ' ') << o.help << "\n";
+  }
+  out << "  -o, --output FILE      the deck to write (required)\n";
+}
+
+int cmd_new(int argc, char** argv, std::ostream& out) {
+  std::string preset_name, case_name, output;
+  bool have_name = false;
+  std::vector<std::pair<const Option*, std::string>> sets;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string flag = arg, value;
+    bool inline_value = false;
+    if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
+      flag = arg.substr(0, arg.find('='));
+      value = arg.substr(arg.find('=') + 1);
+      inline_value = true;
+    }
+    auto take_value = [&]() -> std::string {
+      if (inline_value) return value;
+      if (i + 1 >= argc) usage_error("new: " + flag + " needs a value");
+      return argv[++i];
+    };
+    if (flag == "--preset") {
+      preset_name = take_value();
+    } else if (flag == "--name") {
+      case_name = take_value();
+      have_name = true;
+    } else if (flag == "-o" || flag == "--output") {
+      output = take_value();
+    } else {
+      const Option* found = nullptr;
+      for (const Option& o : field_options())
+        if (flag == o.flag) found = &o;
+      if (!found) usage_error("new: unknown option '" + flag + "'");
+      sets.emplace_back(found, take_value());
+    }
+  }
+  if (output.empty()) usage_error("new: -o FILE is required");
+
+  Deck deck;
+  if (preset_name.empty()) {
+    Case c;
+    c.name = have_name ? case_name : "custom";
+    deck.description = "made by ulysses-ipc deck new";
+    deck.cases.push_back(c);
+  } else {
+    const Preset* p = find_preset(preset_name);
+    if (!p) usage_error("new: --preset: unknown preset '" + preset_name + "' (presets: " + join(deck_preset_names()) + ")");
+    deck.description = p->description;
+    std::vector<Case> cases = p->cases();
+    if (have_name) {
+      std::vector<std::string> names;
+      for (const Case& c : cases) {
+        names.push_back(c.name);
+        if (c.name == case_name) deck.cases.push_back(c);
+      }
+      if (deck.cases.empty())
+        usage_error("new: --name: preset '" + preset_name + "' has no case '" + case_name + "' (cases: " +
+                    join(names) + ")");
+    } else {
+      deck.cases = cases;
+    }
+  }
+  for (Case& c : deck.cases)
+    for (const auto& [opt, v] : sets) opt->apply(c, opt->flag, v);
+  write_deck(deck, output);  // validates every case first: bad values name the field
+  out << "wrote " << output << " (" << deck.cases.size() << (deck.cases.size() == 1 ? " case)" : " cases)") << "\n";
+  return 0;
+}
+
+int cmd_show(int argc, char** argv, std::ostream& out) {
+  if (argc != 2) usage_error("show: expects exactly one FILE");
+  out << format_deck(read_deck(argv[1]));
+  return 0;
+}
+
+int cmd_presets(int argc, char** argv, std::ostream& out) {
+  bool names_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--names")
+      names_only = true;
+    else
+      usage_error("presets: unknown option '" + std::string(argv[i]) + "'");
+  }
+  for (const Preset& p : presets()) {
+    if (names_only) {
+      out << p.name << "\n";
+      continue;
+    }
+    std::vector<std::string> names;
+    for (const Case& c : p.cases()) names.push_back(c.name);
+    out << p.name << " (" << names.size() << (names.size() == 1 ? " case: " : " cases: ") << join(names) << ")\n  "
+        << p.description << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::vector<std::string> deck_preset_names() {
+  std::vector<std::string> v;
+  for (const Preset& p : presets()) v.push_back(p.name);
+  return v;
+}
+
+Deck deck_preset(const std::string& name) {
+  const Preset* p = find_preset(name);
+  if (!p) throw InputError("unknown preset '" + name + "' (presets: " + join(deck_preset_names()) + ")");
+  Deck d;
+  d.description = p->description;
+  d.cases = p->cases();
+  return d;
+}
+
+int deck_command(int argc, char** argv, std::ostream& out) {
+  if (argc < 1) usage_error("needs a subcommand: new, show, presets or help");
+  std::string sub = argv[0];
+  if (sub == "new") return cmd_new(argc, argv, out);
+  if (sub == "show") return cmd_show(argc, argv, out);
+  if (sub == "presets") return cmd_presets(argc, argv, out);
+  if (sub == "help" || sub == "--help" || sub == "-h") {
+    print_usage(out);
+    return 0;
+  }
+  usage_error("unknown subcommand '" + sub + "' (allowed: new, show, presets, help)");
+}
+
+int deck_command(int argc, char** argv) { return deck_command(argc, argv, std::cout); }
+
+}  // namespace uipc

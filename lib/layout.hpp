@@ -1,0 +1,34 @@
+// Layout math in one place: which tokens and heads each rank holds for a case on a
+// given world, and which ranks form its Ulysses and TP groups (docs/math.md, "Shapes").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lib/deck.hpp"
+
+namespace uipc {
+
+struct Layout {
+  int world = 1, rank = 0;
+  int tp = 1, ulysses = 1;
+  int tp_rank = 0, u_rank = 0;
+  int64_t batch = 1, seq = 1, seq_local = 1;
+  int heads = 1, heads_tp = 1, heads_local = 1, head_dim = 1;
+
+  int64_t width() const { return static_cast<int64_t>(heads) * head_dim; }      // C
+  int64_t width_tp() const { return static_cast<int64_t>(heads_tp) * head_dim; }  // Ht*D
+  int64_t tokens_local() const { return batch * seq_local; }                       // rows M
+  int64_t pos_offset() const { return static_cast<int64_t>(u_rank) * seq_local; }
+  int first_head_tp() const { return tp_rank * heads_tp; }
+  // World ranks of this rank's Ulysses group (same tp_rank) and TP group (same u_rank).
+  std::vector<int> ulysses_group() const;
+  std::vector<int> tp_group() const;
+  std::string describe() const;  // "TP2 x Ulysses2 (rank 3: tp_rank 1, u_rank 1)"
+};
+
+// Throws InputError when the case cannot run on `world` ranks.
+Layout make_layout(const Case& c, int world, int rank);
+
+}  // namespace uipc

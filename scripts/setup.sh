@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what ulysses-ipc needs (idempotent) and builds it into build/.
+# Debian packages: Open MPI, HDF5, Kokkos (Trilinos), GoogleTest, shellcheck;
+# PyPI: h5py, numpy, matplotlib, pytest (for postprocess/). CUDA comes preinstalled
+# under /usr/local/cuda where present; without nvcc the CUDA layer is not built.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+for pkg in libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools libtrilinos-kokkos-dev libgtest-dev cmake g++ shellcheck; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+if ((${#need_apt[@]})); then
+  echo "setup: installing ${need_apt[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import h5py, numpy, matplotlib, pytest' >/dev/null 2>&1; then
+  echo "setup: installing Python packages (h5py numpy matplotlib pytest)"
+  "$PY" -m pip install -q h5py numpy matplotlib pytest
+fi
+if ! "$PY" -c 'import ulysses_post' >/dev/null 2>&1 && [[ -f postprocess/pyproject.toml ]]; then
+  "$PY" -m pip install -q -e postprocess
+fi
+
+BUILD=${BUILD_DIR:-build}
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-} >/dev/null
+cmake --build "$BUILD" -j"$(nproc)"

@@ -1,0 +1,232 @@
+// The CUDA device layer (comm/cuda_device.*) on a real GPU: pitched copies, timing
+// events, the 64-bit stream memory operations within one process, the watchdog turning
+// a wait that never completes into a PeerTimeout that names it, and CUDA IPC across the
+// MPI ranks of a node (several ranks may share one GPU): each rank scatters the strided
+// V view of a fused QKV buffer straight into every peer's final-layout target, then one
+// grouped epoch handshake; the result is checked bit for bit, epoch after epoch.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "base/error.hpp"
+#include "comm/cuda_device.hpp"
+
+namespace uipc {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int node_rank_and_size(int* size) {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int r = 0;
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_size(node, size);
+  MPI_Comm_free(&node);
+  return r;
+}
+
+class CudaDeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    const int n = cuda_usable_device_count(&why);
+    if (n == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
+    int node_size = 1;
+    dev_ = make_cuda_device(node_rank_and_size(&node_size) % n);
+  }
+  std::unique_ptr<Device> dev_;
+};
+
+TEST_F(CudaDeviceTest, NameEligibilityAndPeerAccess) {
+  EXPECT_EQ(dev_->kind(), DeviceKind::kCuda);
+  EXPECT_NE(dev_->name().find("("), std::string::npos);
+  EXPECT_EQ(cuda_ipc_ineligible_reason(*dev_), "") << "64-bit stream memory operations expected on this GPU";
+  EXPECT_EQ(dev_->ipc_ineligible_reason(), cuda_ipc_ineligible_reason(*dev_));
+  EXPECT_TRUE(cuda_can_access_peer(dev_->ordinal(), dev_->ordinal()));
+  EXPECT_GT(dev_->free_memory(), size_t(1) << 20);
+}
+
+TEST_F(CudaDeviceTest, Copy2dStridedIntoPitchedTarget) {
+  auto s = dev_->create_stream(StreamPriority::kHigh);
+  const size_t rows = 301, width = 24 * 128 * 2, src_pitch = 3 * width, dst_pitch = width + 64;
+  std::vector<unsigned char> src(rows * src_pitch);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
+  auto dsrc = dev_->alloc(src.size());
+  auto ddst = dev_->alloc(rows * dst_pitch);
+  dev_->copy_to_device(dsrc.get(), src.data(), src.size());
+  dev_->memset(*s, ddst.get(), 0xFF, rows * dst_pitch);
+  // The middle third of each source row, as the V view of a fused QKV row.
+  dev_->copy_2d(*s, ddst.get(), dst_pitch, dsrc.as<unsigned char>() + width, src_pitch, width, rows);
+  s->synchronize();
+  std::vector<unsigned char> got(rows * dst_pitch);
+  dev_->copy_to_host(got.data(), ddst.get(), got.size());
+  for (size_t r = 0; r < rows; ++r) {
+    ASSERT_EQ(0, std::memcmp(&got[r * dst_pitch], &src[r * src_pitch + width], width)) << "row " << r;
+    for (size_t b = width; b < dst_pitch; ++b) ASSERT_EQ(got[r * dst_pitch + b], 0xFF) << "padding of row " << r;
+  }
+}
+
+TEST_F(CudaDeviceTest, EventsMeasureElapsedTime) {
+  auto s = dev_->create_stream(StreamPriority::kNormal);
+  auto a = dev_->create_event(), b = dev_->create_event();
+  auto buf = dev_->alloc(size_t(256) << 20);
+  a->record(*s);
+  for (int i = 0; i < 8; ++i) dev_->memset(*s, buf.get(), i, buf.bytes());
+  b->record(*s);
+  b->synchronize();
+  EXPECT_TRUE(a->query());
+  EXPECT_TRUE(b->query());
+  const double ms = dev_->elapsed_ms(*a, *b);
+  EXPECT_GT(ms, 0.0);
+  EXPECT_LT(ms, 10000.0);
+  // The other stream waits for the event.
+  auto s2 = dev_->create_stream(StreamPriority::kHigh);
+  dev_->stream_wait_event(*s2, *b);
+  s2->synchronize();
+}
+
+TEST_F(CudaDeviceTest, WriteAndWaitValueWithinOneProcess) {
+  auto producer = dev_->create_stream(StreamPriority::kHigh);
+  auto consumer = dev_->create_stream(StreamPriority::kNormal);
+  auto words = dev_->alloc(2 * sizeof(uint64_t));
+  auto flag = dev_->alloc(64);
+  dev_->memset(*producer, words.get(), 0, words.bytes());
+  dev_->memset(*producer, flag.get(), 0, 64);
+  producer->synchronize();
+  uint64_t* w = words.as<uint64_t>();
+  // The consumer waits for 5, then marks the flag; the producer stores 3 (not enough),
+  // then 7 after a delay.
+  dev_->wait_value64_geq(*consumer, w, 5, WaitLabel{0, "test word"});
+  dev_->memset(*consumer, flag.get(), 0xAB, 64);
+  auto ev = dev_->create_event();
+  ev->record(*consumer);
+  dev_->write_value64(*producer, w, 3);
+  producer->synchronize();
+  usleep(20000);
+  EXPECT_FALSE(ev->query()) << "the wait passed before its value was written";
+  dev_->write_value64(*producer, w, 7);
+  consumer->synchronize();
+  unsigned char f[64];
+  dev_->copy_to_host(f, flag.get(), 64);
+  EXPECT_EQ(f[0], 0xAB);
+  uint64_t host_w = 0;
+  dev_->copy_to_host(&host_w, w, 8);
+  EXPECT_EQ(host_w, 7u);
+}
+
+TEST_F(CudaDeviceTest, WaitThatNeverCompletesIsAPeerTimeout) {
+  dev_->set_watchdog_seconds(1.0);
+  auto s = dev_->create_stream(StreamPriority::kHigh);
+  auto unblock = dev_->create_stream(StreamPriority::kNormal);
+  auto words = dev_->alloc(2 * sizeof(uint64_t));
+  dev_->memset(*unblock, words.get(), 0, words.bytes());
+  unblock->synchronize();
+  uint64_t* w = words.as<uint64_t>();
+  dev_->write_value64(*unblock, w + 1, 9);  // a satisfied wait must not be named
+  unblock->synchronize();
+  dev_->wait_value64_geq(*s, w + 1, 9, WaitLabel{3, "already-satisfied epoch"});
+  dev_->wait_value64_geq(*s, w, 1, WaitLabel{7, "ready epoch of group 42 (tags V,Q,K)"});
+  const auto t0 = Clock::now();
+  std::string msg;
+  try {
+    s->synchronize();
+    FAIL() << "synchronize returned although the word was never written";
+  } catch (const PeerTimeout& e) {
+    msg = e.what();
+    EXPECT_EQ(e.exit_code(), kExitPeerTimeout);
+  }
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_GE(waited, 0.9);
+  EXPECT_LT(waited, 5.0);
+  EXPECT_NE(msg.find("peer 7 did not arrive within 1s"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("ready epoch of group 42 (tags V,Q,K)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("word holds 0, needs >= 1"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("already-satisfied"), std::string::npos) << msg;
+  // An event behind the stuck wait is bounded too.
+  auto ev = dev_->create_event();
+  ev->record(*s);
+  EXPECT_THROW(ev->synchronize(), PeerTimeout);
+  // Release the stream so that the process can end cleanly.
+  dev_->write_value64(*unblock, w, 1);
+  unblock->synchronize();
+  s->synchronize();
+}
+
+// The scatter of docs/math.md section 4 over CUDA IPC, with the grouped handshake.
+TEST_F(CudaDeviceTest, IpcScatterAcrossRanksBitExact) {
+  int rank = 0, P = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  ASSERT_EQ(cuda_ipc_ineligible_reason(*dev_), "");
+  dev_->set_watchdog_seconds(30.0);
+  const int H = 4 * P, D = 64;  // 4 heads per rank after the scatter
+  const int Hl = H / P;
+  const int64_t Sl = 96;  // tokens per rank
+  const size_t row = 3 * static_cast<size_t>(H) * D;  // elements (uint16 "bf16") per fused row
+  const size_t slice_bytes = static_cast<size_t>(Hl) * D * 2;
+  auto stream = dev_->create_stream(StreamPriority::kHigh);
+  auto qkv = dev_->alloc(Sl * row * 2);
+  auto target = dev_->alloc(Sl * P * slice_bytes, true);     // (S, Hl, D)
+  auto epochs = dev_->alloc(P * sizeof(uint64_t), true);     // slot q: written by rank q
+  dev_->memset(*stream, epochs.get(), 0, epochs.bytes());
+  dev_->memset(*stream, target.get(), 0xFF, target.bytes());
+  stream->synchronize();
+
+  IpcHandle mine[2] = {dev_->export_handle(target), dev_->export_handle(epochs)};
+  std::vector<IpcHandle> all(2 * P);
+  MPI_Allgather(mine, sizeof(mine), MPI_BYTE, all.data(), sizeof(mine), MPI_BYTE, MPI_COMM_WORLD);
+  std::vector<PeerMapping> targets, peer_epochs;
+  for (int q = 0; q < P; ++q) {  // our own handles too: the same-process path
+    targets.push_back(dev_->open_handle(all[2 * q], target.bytes()));
+    peer_epochs.push_back(dev_->open_handle(all[2 * q + 1], epochs.bytes()));
+  }
+  EXPECT_EQ(targets[rank].get(), target.get()) << "opening our own handle must give our own pointer";
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  auto value = [](int q, uint64_t e, size_t i) {
+    return static_cast<uint16_t>((q * 7919u + e * 104729u + i * 31u) ^ (i >> 7));
+  };
+  std::vector<uint16_t> host(Sl * row), got(Sl * P * Hl * D);
+  const uint64_t kEpochs = 24;
+  for (uint64_t e = 1; e <= kEpochs; ++e) {
+    for (size_t i = 0; i < host.size(); ++i) host[i] = value(rank, e, i);
+    dev_->copy_to_device(qkv.get(), host.data(), host.size() * 2);
+    usleep(static_cast<useconds_t>(((rank + e) % 3) * 700));  // rank-skewed arrival
+    for (int u = 0; u < P; ++u) {
+      const auto* src = qkv.as<uint16_t>() + 2 * static_cast<size_t>(H) * D + static_cast<size_t>(u) * Hl * D;
+      auto* dst = static_cast<unsigned char*>(targets[u].get()) + rank * Sl * slice_bytes;
+      dev_->copy_2d(*stream, dst, slice_bytes, src, row * 2, slice_bytes, Sl);
+    }
+    for (int u = 0; u < P; ++u) dev_->write_value64(*stream, static_cast<uint64_t*>(peer_epochs[u].get()) + rank, e);
+    for (int q = 0; q < P; ++q) {
+      dev_->wait_value64_geq(*stream, epochs.as<uint64_t>() + q, e,
+                             WaitLabel{q, "test epoch " + std::to_string(e)});
+    }
+    stream->synchronize();
+    dev_->copy_to_host(got.data(), target.get(), got.size() * 2);
+    for (int q = 0; q < P; ++q) {
+      for (int64_t t = 0; t < Sl; ++t) {
+        for (int c = 0; c < Hl * D; ++c) {
+          const size_t src_i = t * row + 2 * static_cast<size_t>(H) * D + static_cast<size_t>(rank) * Hl * D + c;
+          const size_t dst_i = (q * Sl + t) * static_cast<size_t>(Hl) * D + c;
+          ASSERT_EQ(got[dst_i], value(q, e, src_i)) << "epoch " << e << " from rank " << q << " token " << t;
+        }
+      }
+    }
+    // Release: nobody writes the next epoch into a target that is still being checked.
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  targets.clear();
+  peer_epochs.clear();
+  MPI_Barrier(MPI_COMM_WORLD);  // every mapping closed before any exporter frees
+}
+
+}  // namespace
+}  // namespace uipc

@@ -1,0 +1,367 @@
+// The CUDA LayerKernels (kernels/cuda_kernels.*) against float64 references written
+// from docs/math.md, on fresh random inputs each run (the seed is printed). Outputs
+// are poisoned with 0xFF bytes (NaN in every dtype) before the kernel runs, and memory
+// the kernel must not touch (padding, the other parts of a fused QKV row) is checked
+// bit for bit. Tolerances: the fp32 evaluation error of the formula plus one rounding
+// to the output dtype (and, for cuDNN, the rounding of the probabilities to the I/O
+// dtype before P*V): far below any indexing, scaling or normalisation mistake.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/dtype.hpp"
+#include "comm/cuda_device.hpp"
+#include "kernels/cuda_kernels.hpp"
+
+namespace uipc {
+namespace {
+
+constexpr double kU32 = 1.0 / 16777216.0;  // fp32 unit roundoff
+
+double unit_roundoff(DType t) {
+  switch (t) {
+    case DType::kBF16: return 1.0 / 256.0;
+    case DType::kFP16: return 1.0 / 2048.0;
+    default: return 0.0;
+  }
+}
+double abs_floor(DType t) { return t == DType::kFP16 ? std::ldexp(1.0, -24) : 0.0; }
+
+const DType kAllTypes[] = {DType::kBF16, DType::kFP16, DType::kFP32};
+
+int local_ordinal(int count) {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int r = 0;
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_free(&node);
+  return r % count;
+}
+
+// A host image of a device tensor of dtype t, values kept as the stored (rounded) floats.
+struct HostTensor {
+  DType t;
+  std::vector<unsigned char> bytes;
+  HostTensor(DType type, size_t n) : t(type), bytes(n * dtype_size(type), 0xFF) {}
+  size_t size() const { return bytes.size() / dtype_size(t); }
+  float get(size_t i) const { return load_as_float(t, bytes.data(), i); }
+  void set(size_t i, float v) { store_from_float(t, bytes.data(), i, v); }
+};
+
+class CudaKernelsTest : public ::testing::Test {
+ public:  // attention_case() below uses the helpers
+  void SetUp() override {
+    std::string why;
+    const int n = cuda_usable_device_count(&why);
+    if (n == 0) GTEST_SKIP() << "no usable CUDA device: " << why;
+    dev_ = make_cuda_device(local_ordinal(n));
+    stream_ = dev_->create_stream(StreamPriority::kNormal);
+    seed_ = std::random_device{}();
+    rng_.seed(seed_);
+    RecordProperty("seed", std::to_string(seed_));
+    std::printf("[ seed %u on %s ]\n", seed_, dev_->name().c_str());
+  }
+
+  DeviceBuffer upload(const HostTensor& h) {
+    auto b = dev_->alloc(h.bytes.size());
+    dev_->copy_to_device(b.get(), h.bytes.data(), h.bytes.size());
+    return b;
+  }
+  void download(HostTensor& h, const DeviceBuffer& b) { dev_->copy_to_host(h.bytes.data(), b.get(), h.bytes.size()); }
+  DeviceBuffer upload_f32(const std::vector<float>& v) {
+    auto b = dev_->alloc(v.size() * 4);
+    dev_->copy_to_device(b.get(), v.data(), v.size() * 4);
+    return b;
+  }
+  float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng_); }
+  void fill(HostTensor& h, float lo, float hi) {
+    for (size_t i = 0; i < h.size(); ++i) h.set(i, uniform(lo, hi));
+  }
+
+  std::unique_ptr<Device> dev_;
+  std::unique_ptr<Stream> stream_;
+  unsigned seed_ = 0;
+  std::mt19937 rng_;
+};
+
+// ---------------------------------------------------------------- GEMM
+
+TEST_F(CudaKernelsTest, GemmStridedAllTypes) {
+  auto k = make_cuda_kernels();
+  const int64_t M = 77, N = 96, K = 130, lda = K + 8, ldo = 3 * N;  // strided in, fused-style out
+  for (DType dt : kAllTypes) {
+    for (DType ot : {dt, DType::kFP32, DType::kBF16}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " -> " + dtype_name(ot));
+      HostTensor a(dt, M * lda), w(dt, K * N), out(ot, M * ldo);
+      fill(a, -1, 1);
+      fill(w, -1, 1);
+      auto da = upload(a), dw = upload(w), dout = upload(out);  // out: all 0xFF
+      k->gemm(*stream_, da.get(), lda, dw.get(), dout.get(), ldo, M, N, K, dt, ot);
+      stream_->synchronize();
+      HostTensor got(ot, M * ldo);
+      download(got, dout);
+      const double u = unit_roundoff(ot);
+      for (int64_t m = 0; m < M; ++m) {
+        for (int64_t n = 0; n < ldo; ++n) {
+          const size_t idx = m * ldo + n;
+          if (n >= N) {  // untouched
+            ASSERT_EQ(0, std::memcmp(&got.bytes[idx * dtype_size(ot)], &out.bytes[idx * dtype_size(ot)],
+                                     dtype_size(ot)))
+                << "gemm wrote outside its rows at m=" << m << " n=" << n;
+            continue;
+          }
+          double ref = 0, mag = 0;
+          for (int64_t kk = 0; kk < K; ++kk) {
+            const double p = static_cast<double>(a.get(m * lda + kk)) * w.get(kk * N + n);
+            ref += p;
+            mag += std::fabs(p);
+          }
+          const double acc = 2.0 * K * kU32 * mag;
+          const double tol = acc + u * (std::fabs(ref) + acc) + abs_floor(ot);
+          const double g = got.get(idx);
+          ASSERT_TRUE(std::isfinite(g)) << "m=" << m << " n=" << n;
+          ASSERT_LE(std::fabs(g - ref), tol) << "m=" << m << " n=" << n << " ref=" << ref;
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- norm + RoPE
+
+// float64 reference of docs/math.md 2-3 for one row of `heads` x D (values in fp32
+// storage order), angle computed in fp32 as the spec says.
+void norm_rope_ref(std::vector<double>& x, int heads, int D, int64_t pos, NormKind norm, bool rope, float eps,
+                   float theta, const std::vector<float>& gamma, const std::vector<float>& beta) {
+  auto rms = [&](double* v, int n, const float* g) {
+    double ss = 0;
+    for (int i = 0; i < n; ++i) ss += v[i] * v[i];
+    const double d = std::sqrt(ss / n + eps);
+    for (int i = 0; i < n; ++i) v[i] = v[i] / d * g[i];
+  };
+  if (norm == NormKind::kRmsAcrossHeads) rms(x.data(), heads * D, gamma.data());
+  for (int h = 0; h < heads; ++h) {
+    double* v = x.data() + h * D;
+    if (norm == NormKind::kRmsPerHead) rms(v, D, gamma.data());
+    if (norm == NormKind::kLayerPerHead) {
+      double mu = 0, var = 0;
+      for (int i = 0; i < D; ++i) mu += v[i];
+      mu /= D;
+      for (int i = 0; i < D; ++i) var += (v[i] - mu) * (v[i] - mu);
+      var /= D;
+      const double d = std::sqrt(var + eps);
+      for (int i = 0; i < D; ++i) v[i] = (v[i] - mu) / d * gamma[i] + beta[i];
+    }
+    if (rope) {
+      for (int i = 0; i < D / 2; ++i) {
+        const float th = std::pow(theta, -(2.0f * static_cast<float>(i)) / static_cast<float>(D));
+        const double a = static_cast<double>(static_cast<float>(pos) * th);
+        const double c = std::cos(a), s = std::sin(a);
+        const double x0 = v[2 * i], x1 = v[2 * i + 1];
+        v[2 * i] = x0 * c - x1 * s;
+        v[2 * i + 1] = x0 * s + x1 * c;
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, NormRopeAllKindsOnFusedView) {
+  auto k = make_cuda_kernels();
+  const NormKind kinds[] = {NormKind::kNone, NormKind::kRmsPerHead, NormKind::kRmsAcrossHeads,
+                            NormKind::kLayerPerHead};
+  for (int D : {64, 72, 128}) {
+    const int64_t B = 2, S = 37, pos0 = 100;
+    const int H = 5;
+    const int64_t pitch = 3 * H * D;
+    for (DType dt : kAllTypes) {
+      for (NormKind nk : kinds) {
+        for (bool rope : {true, false}) {
+          if (nk == NormKind::kNone && !rope) continue;
+          SCOPED_TRACE(std::string(dtype_name(dt)) + " D=" + std::to_string(D) + " norm=" +
+                       std::to_string(static_cast<int>(nk)) + " rope=" + std::to_string(rope));
+          HostTensor qkv(dt, B * S * pitch);
+          fill(qkv, -2, 2);
+          const int gn = nk == NormKind::kRmsAcrossHeads ? H * D : D;
+          std::vector<float> gamma(gn), beta(D);
+          for (auto& g : gamma) g = 1.0f + 0.25f * uniform(-1, 1);
+          for (auto& b : beta) b = 0.25f * uniform(-1, 1);
+          auto dq = upload(qkv);
+          auto dg = upload_f32(gamma), db = upload_f32(beta);
+          QkView view;
+          view.data = static_cast<char*>(dq.get()) + H * D * dtype_size(dt);  // the K part
+          view.row_pitch = pitch;
+          view.batch = B;
+          view.tokens_per_batch = S;
+          view.pos_offset = pos0;
+          view.heads = H;
+          view.head_dim = D;
+          NormRopeParams p;
+          p.norm = nk;
+          p.rope = rope ? RopeKind::k1D : RopeKind::kNone;
+          p.eps = 1e-6f;
+          p.rope_theta = 10000.0f;
+          p.gamma = dg.as<float>();
+          p.beta = db.as<float>();
+          k->norm_rope(*stream_, view, dt, p);
+          stream_->synchronize();
+          HostTensor got(dt, B * S * pitch);
+          download(got, dq);
+          const double u = unit_roundoff(dt);
+          for (int64_t m = 0; m < B * S; ++m) {
+            std::vector<double> row(H * D);
+            for (int e = 0; e < H * D; ++e) row[e] = qkv.get(m * pitch + H * D + e);
+            norm_rope_ref(row, H, D, pos0 + m % S, nk, rope, p.eps, p.rope_theta, gamma, beta);
+            for (int64_t e = 0; e < pitch; ++e) {
+              const size_t idx = m * pitch + e;
+              if (e < H * D || e >= 2 * H * D) {  // Q and V parts: untouched
+                ASSERT_EQ(0, std::memcmp(&got.bytes[idx * dtype_size(dt)], &qkv.bytes[idx * dtype_size(dt)],
+                                         dtype_size(dt)))
+                    << "norm_rope wrote outside its view at row " << m << " element " << e;
+                continue;
+              }
+              const double ref = row[e - H * D];
+              const double fp32 = 4e-5 * (1.0 + std::fabs(ref));  // fp32 sums, sqrt, sincos at |angle| < 200
+              const double tol = fp32 + u * (std::fabs(ref) + fp32) + abs_floor(dt);
+              const double g = got.get(idx);
+              ASSERT_TRUE(std::isfinite(g)) << "row " << m << " element " << e;
+              ASSERT_LE(std::fabs(g - ref), tol) << "row " << m << " element " << e;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- attention
+
+void attention_ref(const HostTensor& q, const HostTensor& k, const HostTensor& v, std::vector<double>& o,
+                   std::vector<double>& vmax, int64_t B, int64_t S, int H, int D, double scale) {
+  o.assign(B * S * H * D, 0.0);
+  vmax.assign(B * S * H, 0.0);
+  std::vector<double> s(S);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int h = 0; h < H; ++h) {
+      auto at = [&](int64_t t, int d) { return ((b * S + t) * H + h) * D + d; };
+      for (int64_t i = 0; i < S; ++i) {
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < S; ++j) {
+          double dot = 0;
+          for (int d = 0; d < D; ++d) dot += static_cast<double>(q.get(at(i, d))) * k.get(at(j, d));
+          s[j] = dot * scale;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < S; ++j) sum += (s[j] = std::exp(s[j] - mx));
+        double vm = 0;
+        for (int64_t j = 0; j < S; ++j) {
+          const double p = s[j] / sum;
+          for (int d = 0; d < D; ++d) {
+            o[at(i, d)] += p * v.get(at(j, d));
+            vm = std::max(vm, std::fabs(static_cast<double>(v.get(at(j, d)))));
+          }
+        }
+        vmax[(b * S + i) * H + h] = vm;
+      }
+    }
+  }
+}
+
+void attention_case(CudaKernelsTest& t, const char* path, DType dt, int64_t B, int64_t S, int H, int D);
+
+TEST_F(CudaKernelsTest, AttentionReferenceKernel) {
+  for (DType dt : kAllTypes) attention_case(*this, "reference", dt, 2, 300, 3, 64);
+  attention_case(*this, "reference", DType::kBF16, 1, 129, 2, 72);
+  attention_case(*this, "reference", DType::kFP16, 1, 100, 2, 128);
+}
+
+TEST_F(CudaKernelsTest, AttentionCudnn) {
+  if (!cuda_cudnn_sdpa_built()) GTEST_SKIP() << "cuDNN SDPA not built (no cudnn-frontend headers at configure time)";
+  attention_case(*this, "cudnn", DType::kBF16, 2, 300, 3, 64);
+  attention_case(*this, "cudnn", DType::kFP16, 2, 300, 3, 64);
+  attention_case(*this, "cudnn", DType::kBF16, 1, 257, 2, 128);
+  attention_case(*this, "cudnn", DType::kBF16, 1, 200, 2, 72);
+  // fp32: cuDNN refuses it, the reference kernel serves it.
+  attention_case(*this, "cudnn", DType::kFP32, 1, 100, 2, 64);
+}
+
+// Runs one attention through the kernels made with ULYSSES_ATTENTION=path and checks it.
+void attention_case(CudaKernelsTest& t, const char* path, DType dt, int64_t B, int64_t S, int H, int D) {
+  SCOPED_TRACE(std::string(path) + " " + dtype_name(dt) + " B" + std::to_string(B) + " S" + std::to_string(S) + " H" +
+               std::to_string(H) + " D" + std::to_string(D));
+  setenv("ULYSSES_ATTENTION", path, 1);
+  auto k = make_cuda_kernels();
+  unsetenv("ULYSSES_ATTENTION");
+  const size_t n = B * S * H * D;
+  HostTensor q(dt, n), kk(dt, n), v(dt, n), o(dt, n);
+  t.fill(q, -2, 2);
+  t.fill(kk, -2, 2);
+  t.fill(v, -1, 1);
+  auto dq = t.upload(q), dk = t.upload(kk), dv = t.upload(v), dout = t.upload(o);  // o: 0xFF
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  k->attention(*t.stream_, dq.get(), dk.get(), dv.get(), dout.get(), B, S, H, D, dt, scale);
+  t.stream_->synchronize();
+  const std::string used = cuda_attention_path(*k);
+  std::printf("[ attention %s %s S%lld D%d: %s ]\n", path, dtype_name(dt), static_cast<long long>(S), D, used.c_str());
+  const bool cudnn_used = used == "cudnn";
+  if (std::string(path) == "cudnn" && dt != DType::kFP32) EXPECT_EQ(used, "cudnn");
+  if (std::string(path) == "reference") EXPECT_EQ(used, "reference");
+  HostTensor got(dt, n);
+  t.download(got, dout);
+  std::vector<double> ref, vmax;
+  attention_ref(q, kk, v, ref, vmax, B, S, H, D, scale);
+  const double u = unit_roundoff(dt);
+  // fp32: softmax and sums over S keys; cuDNN also rounds P to the I/O dtype before P*V.
+  const double fp32 = 64.0 * kU32 * std::log2(static_cast<double>(S) + 1) * 4;
+  for (size_t i = 0; i < n; ++i) {
+    const double vm = vmax[i / D];
+    const double work = fp32 * vm + (cudnn_used ? 2.0 * u * vm : 0.0);
+    const double tol = work + u * (std::fabs(ref[i]) + work) + abs_floor(dt);
+    const double g = got.get(i);
+    ASSERT_TRUE(std::isfinite(g)) << "element " << i;
+    ASSERT_LE(std::fabs(g - ref[i]), tol) << "element " << i << " ref " << ref[i];
+  }
+}
+
+// ---------------------------------------------------------------- conversion
+
+TEST_F(CudaKernelsTest, ConvertFromF32BitExact) {
+  auto k = make_cuda_kernels();
+  const int64_t n = 4099;
+  std::vector<float> in(n);
+  for (auto& x : in) x = std::ldexp(uniform(-1, 1), static_cast<int>(uniform(-30, 30)));
+  in[0] = 0.0f;
+  in[1] = -0.0f;
+  in[2] = INFINITY;
+  in[3] = -INFINITY;
+  in[4] = 1e30f;     // beyond fp16: inf
+  in[5] = 1e-30f;    // below fp16 subnormals: 0
+  in[6] = 3.0e-6f;   // fp16 subnormal
+  in[7] = 1.00390625f;  // a bf16 tie: rounds to even
+  auto din = upload_f32(in);
+  for (DType dt : kAllTypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    HostTensor out(dt, n);
+    auto dout = upload(out);
+    k->convert_from_f32(*stream_, din.as<float>(), dout.get(), n, dt);
+    stream_->synchronize();
+    HostTensor got(dt, n), want(dt, n);
+    download(got, dout);
+    for (int64_t i = 0; i < n; ++i) want.set(i, in[i]);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(0, std::memcmp(&got.bytes[i * dtype_size(dt)], &want.bytes[i * dtype_size(dt)], dtype_size(dt)))
+          << "element " << i << " value " << in[i];
+    }
+  }
+}
+
+}  // namespace
+}  // namespace uipc

@@ -1,0 +1,418 @@
+// The report writer: a report of made-up runs read back with the plain HDF5 C API
+// (values, shapes, critical-path statistics computed here independently), the
+// temporary-then-rename guarantee, and percentile() against hand-computed values.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "base/error.hpp"
+#include "lib/report.hpp"
+
+namespace fs = std::filesystem;
+using uipc::CaseResult;
+using uipc::Provenance;
+using uipc::RunResult;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "uipc-report-XXXXXX").string();
+    EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> v;
+    for (const auto& e : fs::directory_iterator(path_)) v.push_back(e.path().filename().string());
+    std::sort(v.begin(), v.end());
+    return v;
+  }
+
+ private:
+  std::string path_;
+};
+
+// ---------------------------------------------------------------- plain C API readers
+
+hid_t open_attr(hid_t obj, const std::string& name) {
+  hid_t a = H5Aopen(obj, name.c_str(), H5P_DEFAULT);
+  EXPECT_GE(a, 0) << "attribute " << name;
+  return a;
+}
+
+std::vector<std::string> attr_strings(hid_t obj, const std::string& name) {
+  hid_t a = open_attr(obj, name);
+  hid_t ft = H5Aget_type(a);
+  EXPECT_EQ(H5Tget_class(ft), H5T_STRING) << name;
+  EXPECT_GT(H5Tis_variable_str(ft), 0) << name;
+  EXPECT_EQ(H5Tget_cset(ft), H5T_CSET_UTF8) << name;
+  hid_t sp = H5Aget_space(a);
+  hssize_t n = H5Sget_simple_extent_npoints(sp);
+  hid_t mt = H5Tcopy(H5T_C_S1);
+  H5Tset_size(mt, H5T_VARIABLE);
+  H5Tset_cset(mt, H5T_CSET_UTF8);
+  std::vector<char*> p(static_cast<size_t>(n), nullptr);
+  EXPECT_GE(H5Aread(a, mt, p.data()), 0);
+  std::vector<std::string> out;
+  for (char* s : p) out.emplace_back(s ? s : "");
+  H5Dvlen_reclaim(mt, sp, H5P_DEFAULT, p.data());
+  H5Tclose(mt);
+  H5Sclose(sp);
+  H5Tclose(ft);
+  H5Aclose(a);
+  return out;
+}
+
+std::string attr_string(hid_t obj, const std::string& name) {
+  hid_t a = open_attr(obj, name);
+  hid_t sp = H5Aget_space(a);
+  EXPECT_EQ(H5Sget_simple_extent_type(sp), H5S_SCALAR) << name;
+  H5Sclose(sp);
+  H5Aclose(a);
+  return attr_strings(obj, name).at(0);
+}
+
+int64_t attr_int(hid_t obj, const std::string& name) {
+  hid_t a = open_attr(obj, name);
+  hid_t ft = H5Aget_type(a);
+  EXPECT_EQ(H5Tget_class(ft), H5T_INTEGER) << name;
+  int64_t v = 0;
+  EXPECT_GE(H5Aread(a, H5T_NATIVE_INT64, &v), 0);
+  H5Tclose(ft);
+  H5Aclose(a);
+  return v;
+}
+
+std::vector<double> attr_doubles(hid_t obj, const std::string& name) {
+  hid_t a = open_attr(obj, name);
+  hid_t ft = H5Aget_type(a);
+  EXPECT_EQ(H5Tget_class(ft), H5T_FLOAT) << name;
+  hid_t sp = H5Aget_space(a);
+  std::vector<double> v(static_cast<size_t>(H5Sget_simple_extent_npoints(sp)));
+  EXPECT_GE(H5Aread(a, H5T_NATIVE_DOUBLE, v.data()), 0);
+  H5Sclose(sp);
+  H5Tclose(ft);
+  H5Aclose(a);
+  return v;
+}
+
+double attr_double(hid_t obj, const std::string& name) { return attr_doubles(obj, name).at(0); }
+
+template <class T>
+std::vector<T> dataset(hid_t loc, const std::string& name, hid_t mem_type, std::vector<hsize_t>* dims) {
+  hid_t d = H5Dopen2(loc, name.c_str(), H5P_DEFAULT);
+  EXPECT_GE(d, 0) << name;
+  hid_t sp = H5Dget_space(d);
+  int rank = H5Sget_simple_extent_ndims(sp);
+  dims->assign(static_cast<size_t>(rank), 0);
+  H5Sget_simple_extent_dims(sp, dims->data(), nullptr);
+  std::vector<T> v(static_cast<size_t>(H5Sget_simple_extent_npoints(sp)));
+  if (!v.empty()) {
+    EXPECT_GE(H5Dread(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+  }
+  H5Sclose(sp);
+  H5Dclose(d);
+  return v;
+}
+
+// ---------------------------------------------------------------- made-up runs
+
+// Distinct, irregular values so that a transposed or shifted index shows up.
+double fake_ms(int run, int rep, int it, int rank, int stage) {
+  return 0.1 * (stage + 1) + 0.013 * ((rep * 7 + it * 3 + rank * 5 + run * 11 + stage) % 17) + 0.001 * rank;
+}
+
+RunResult make_run(int id, const std::string& transport, const std::string& schedule, int reps, int iters, int ranks) {
+  RunResult r;
+  r.transport_requested = transport;
+  r.transport_used = id == 1 ? "nccl" : transport;
+  r.fallback_reason = id == 1 ? "no peer access between ranks 0 and 1" : "";
+  r.gather_transport = "nccl";
+  r.schedule = schedule;
+  r.projection = id == 1 ? "separate" : "fused";
+  r.parity_pass = id != 2;
+  r.parity_max_abs = 1.5e-3 * (id + 1);
+  r.parity_rel_l2 = 2.5e-4 * (id + 1);
+  r.parity_finite = id != 2;
+  r.repeats = reps;
+  r.iterations = iters;
+  r.ranks = ranks;
+  for (int rep = 0; rep < reps; ++rep)
+    for (int it = 0; it < iters; ++it)
+      for (int rank = 0; rank < ranks; ++rank) {
+        for (int s = 0; s < uipc::kNumStages; ++s) r.stage_ms.push_back(fake_ms(id, rep, it, rank, s));
+        r.v_overlap_ms.push_back(0.01 * (rep + it + rank));
+      }
+  r.scatter_bytes_per_rank = 3 * 2 * 256 * 512 + id;
+  r.gather_bytes_per_rank = 2 * 256 * 512;
+  r.handshakes_per_layer = id == 0 ? 1 : 0;
+  r.cache_hits = 10 + id;
+  r.cache_misses = 3;
+  r.cache_evictions = id;
+  return r;
+}
+
+// numpy.percentile(x, p), written out again here (not the library's code).
+double np_percentile(std::vector<double> x, double p) {
+  std::sort(x.begin(), x.end());
+  double pos = p / 100.0 * static_cast<double>(x.size() - 1);
+  size_t i = static_cast<size_t>(pos);
+  if (i + 1 >= x.size()) return x.back();
+  return x[i] * (1 - (pos - i)) + x[i + 1] * (pos - i);
+}
+
+Provenance make_prov() {
+  Provenance p;
+  p.version = "abc123def456";
+  p.date = "2025-01-02T03:04:05Z";
+  p.command_line = "mpirun -np 4 ulysses-ipc inputs/default.h5 -o r.h5";
+  p.mode = "sim";
+  p.deck_path = "inputs/default.h5";
+  p.world_size = 4;
+  p.hosts = {"node0", "node0", "node0", "node0"};
+  p.devices = {"sim:0", "sim:1", "sim:2", "sim:3"};
+  p.versions = {{"mpi", "Open MPI 4.1"}, {"hdf5", "1.10.8"}, {"kokkos", "3.4.1"}};
+  return p;
+}
+
+std::vector<CaseResult> make_cases() {
+  CaseResult a;
+  a.spec.name = "small-bf16";
+  a.spec.seq_len = 256;
+  a.runs = {make_run(0, "ipc", "v-first", 2, 5, 4), make_run(1, "ipc", "baseline", 1, 3, 4)};
+  CaseResult b;
+  b.spec.name = "tiny-dump";
+  b.spec.heads = 4;
+  b.spec.head_dim = 16;
+  b.spec.dtype = uipc::DType::kFP16;
+  b.runs = {make_run(2, "nccl", "baseline", 3, 4, 2)};
+  b.has_dump = true;
+  b.dump.tensors = {{"x", {1, 2, 3, 4, 5, 6}}, {"y", {0.5f, -0.25f}}};
+  b.dump.shapes = {{"x", {1, 2, 3}}};  // y has no shape: stored 1-D
+  return {a, b};
+}
+
+}  // namespace
+
+TEST(Percentile, MatchesNumpyLinear) {
+  EXPECT_DOUBLE_EQ(uipc::percentile({4, 1, 3, 2}, 50), 2.5);
+  EXPECT_DOUBLE_EQ(uipc::percentile({4, 1, 3, 2}, 10), 1.3);
+  EXPECT_DOUBLE_EQ(uipc::percentile({4, 1, 3, 2}, 90), 3.7);
+  EXPECT_DOUBLE_EQ(uipc::percentile({4, 1, 3, 2}, 0), 1);
+  EXPECT_DOUBLE_EQ(uipc::percentile({4, 1, 3, 2}, 100), 4);
+  EXPECT_DOUBLE_EQ(uipc::percentile({15, 20, 35, 40, 50}, 40), 29);  // numpy: 29.0
+  EXPECT_DOUBLE_EQ(uipc::percentile({15, 20, 35, 40, 50}, 50), 35);
+  EXPECT_DOUBLE_EQ(uipc::percentile({7}, 10), 7);
+  EXPECT_TRUE(std::isnan(uipc::percentile({}, 50)));
+  EXPECT_TRUE(std::isnan(uipc::percentile({1, std::nan(""), 3}, 50)));
+  EXPECT_THROW(uipc::percentile({1, 2}, 101), uipc::RuntimeError);
+  EXPECT_STREQ(uipc::stage_name(uipc::kStageNormRope), "norm_rope");
+  EXPECT_STREQ(uipc::stage_name(uipc::kStageLayer), "layer");
+}
+
+TEST(Report, WrittenAndReadBackWithPlainHdf5) {
+  TempDir dir;
+  std::string path = dir.file("report.h5");
+  Provenance prov = make_prov();
+  std::vector<CaseResult> cases = make_cases();
+  uipc::write_report(path, prov, cases);
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"report.h5"});  // the temporary is gone
+
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  EXPECT_EQ(attr_string(f, "software"), "ulysses-ipc");
+  EXPECT_EQ(attr_string(f, "software_version"), prov.version);
+  EXPECT_EQ(attr_string(f, "date"), prov.date);
+  EXPECT_EQ(attr_string(f, "command_line"), prov.command_line);
+  EXPECT_EQ(attr_string(f, "mode"), "sim");
+  EXPECT_EQ(attr_string(f, "deck"), prov.deck_path);
+  EXPECT_EQ(attr_int(f, "world_size"), 4);
+  EXPECT_EQ(attr_int(f, "schema_version"), 1);
+  EXPECT_EQ(attr_strings(f, "cases"), (std::vector<std::string>{"small-bf16", "tiny-dump"}));
+  EXPECT_EQ(attr_strings(f, "hosts"), prov.hosts);
+  EXPECT_EQ(attr_strings(f, "devices"), prov.devices);
+  hid_t vg = H5Gopen2(f, "versions", H5P_DEFAULT);
+  ASSERT_GE(vg, 0);
+  for (const auto& [k, v] : prov.versions) EXPECT_EQ(attr_string(vg, k), v);
+  H5Gclose(vg);
+
+  for (const CaseResult& cr : cases) {
+    hid_t cg = H5Gopen2(f, ("cases/" + cr.spec.name).c_str(), H5P_DEFAULT);
+    ASSERT_GE(cg, 0) << cr.spec.name;
+    // the spec, under the deck's field names
+    EXPECT_EQ(attr_string(cg, "name"), cr.spec.name);
+    EXPECT_EQ(attr_int(cg, "seq_len"), cr.spec.seq_len);
+    EXPECT_EQ(attr_int(cg, "heads"), cr.spec.heads);
+    EXPECT_EQ(attr_string(cg, "dtype"), uipc::dtype_name(cr.spec.dtype));
+    EXPECT_EQ(attr_strings(cg, "transports"), cr.spec.transports);
+    EXPECT_DOUBLE_EQ(attr_double(cg, "tol_max_abs"), cr.spec.tol_max_abs);
+
+    for (const RunResult& r : cr.runs) {
+      std::string gname = r.transport_requested + "." + r.schedule;
+      hid_t g = H5Gopen2(cg, gname.c_str(), H5P_DEFAULT);
+      ASSERT_GE(g, 0) << gname;
+      EXPECT_EQ(attr_string(g, "transport"), r.transport_requested);
+      EXPECT_EQ(attr_string(g, "transport_used"), r.transport_used);
+      EXPECT_EQ(attr_string(g, "fallback_reason"), r.fallback_reason);
+      EXPECT_EQ(attr_string(g, "gather_transport"), r.gather_transport);
+      EXPECT_EQ(attr_string(g, "schedule"), r.schedule);
+      EXPECT_EQ(attr_string(g, "projection"), r.projection);
+      EXPECT_EQ(attr_int(g, "parity_pass"), r.parity_pass ? 1 : 0);
+      EXPECT_EQ(attr_int(g, "parity_finite"), r.parity_finite ? 1 : 0);
+      EXPECT_DOUBLE_EQ(attr_double(g, "parity_max_abs"), r.parity_max_abs);
+      EXPECT_DOUBLE_EQ(attr_double(g, "parity_rel_l2"), r.parity_rel_l2);
+      EXPECT_EQ(attr_int(g, "handshakes_per_layer"), r.handshakes_per_layer);
+      EXPECT_EQ(attr_int(g, "cache_hits"), r.cache_hits);
+      EXPECT_EQ(attr_int(g, "cache_misses"), r.cache_misses);
+      EXPECT_EQ(attr_int(g, "cache_evictions"), r.cache_evictions);
+      EXPECT_EQ(attr_int(g, "scatter_bytes_per_rank"), r.scatter_bytes_per_rank);
+      EXPECT_EQ(attr_int(g, "gather_bytes_per_rank"), r.gather_bytes_per_rank);
+
+      std::vector<hsize_t> dims;
+      std::vector<double> st = dataset<double>(g, "stage_ms", H5T_NATIVE_DOUBLE, &dims);
+      EXPECT_EQ(dims, (std::vector<hsize_t>{hsize_t(r.repeats), hsize_t(r.iterations), hsize_t(r.ranks), 7}));
+      EXPECT_EQ(st, r.stage_ms);
+      hid_t ds = H5Dopen2(g, "stage_ms", H5P_DEFAULT);
+      EXPECT_EQ(attr_string(ds, "units"), "ms");
+      EXPECT_EQ(attr_strings(ds, "stages"), (std::vector<std::string>{"projection", "norm_rope", "scatter", "attention",
+                                                                        "gather", "out_projection", "layer"}));
+      H5Dclose(ds);
+      std::vector<double> ov = dataset<double>(g, "v_overlap_ms", H5T_NATIVE_DOUBLE, &dims);
+      EXPECT_EQ(dims, (std::vector<hsize_t>{hsize_t(r.repeats), hsize_t(r.iterations), hsize_t(r.ranks)}));
+      EXPECT_EQ(ov, r.v_overlap_ms);
+      ds = H5Dopen2(g, "v_overlap_ms", H5P_DEFAULT);
+      EXPECT_EQ(attr_string(ds, "units"), "ms");
+      H5Dclose(ds);
+
+      // statistics over the per-iteration maximum across ranks, computed here again
+      std::vector<double> med = attr_doubles(g, "median_ms"), p10 = attr_doubles(g, "p10_ms"),
+                          p90 = attr_doubles(g, "p90_ms");
+      ASSERT_EQ(med.size(), 7u);
+      ASSERT_EQ(p10.size(), 7u);
+      ASSERT_EQ(p90.size(), 7u);
+      for (int s = 0; s < 7; ++s) {
+        std::vector<double> crit;
+        for (int rep = 0; rep < r.repeats; ++rep)
+          for (int it = 0; it < r.iterations; ++it) {
+            double m = 0;
+            for (int rank = 0; rank < r.ranks; ++rank)
+              m = std::max(m, r.stage_ms[(((rep * r.iterations) + it) * r.ranks + rank) * 7 + s]);
+            crit.push_back(m);
+          }
+        EXPECT_NEAR(med[s], np_percentile(crit, 50), 1e-12) << gname << " stage " << s;
+        EXPECT_NEAR(p10[s], np_percentile(crit, 10), 1e-12) << gname << " stage " << s;
+        EXPECT_NEAR(p90[s], np_percentile(crit, 90), 1e-12) << gname << " stage " << s;
+        if (s == uipc::kStageScatter) {
+          double gbs = r.scatter_bytes_per_rank / (np_percentile(crit, 50) * 1e-3) / 1e9;
+          EXPECT_NEAR(attr_double(g, "scatter_bandwidth_gbs"), gbs, 1e-9 * gbs);
+        }
+      }
+      H5Gclose(g);
+    }
+
+    htri_t has_dump = H5Lexists(cg, "dump", H5P_DEFAULT);
+    EXPECT_EQ(has_dump > 0, cr.has_dump) << cr.spec.name;
+    if (cr.has_dump) {
+      hid_t dg = H5Gopen2(cg, "dump", H5P_DEFAULT);
+      std::vector<hsize_t> dims;
+      std::vector<float> x = dataset<float>(dg, "x", H5T_NATIVE_FLOAT, &dims);
+      EXPECT_EQ(dims, (std::vector<hsize_t>{1, 2, 3}));
+      EXPECT_EQ(x, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+      hid_t xd = H5Dopen2(dg, "x", H5P_DEFAULT);
+      hid_t xt = H5Dget_type(xd);
+      EXPECT_EQ(H5Tget_class(xt), H5T_FLOAT);
+      EXPECT_EQ(H5Tget_size(xt), 4u);  // float32 on disk
+      H5Tclose(xt);
+      H5Dclose(xd);
+      std::vector<float> y = dataset<float>(dg, "y", H5T_NATIVE_FLOAT, &dims);
+      EXPECT_EQ(dims, (std::vector<hsize_t>{2}));
+      EXPECT_EQ(y, (std::vector<float>{0.5f, -0.25f}));
+      H5Gclose(dg);
+    }
+    H5Gclose(cg);
+  }
+  H5Fclose(f);
+}
+
+TEST(Report, EmptyRunHasNoStatistics) {
+  // A run with no timed layers (e.g. one that fell over before timing) still writes.
+  TempDir dir;
+  std::string path = dir.file("empty.h5");
+  CaseResult c;
+  c.spec.name = "c";
+  RunResult r;
+  r.transport_requested = "ipc";
+  r.schedule = "baseline";
+  r.ranks = 2;
+  c.runs = {r};
+  uipc::write_report(path, make_prov(), {c});
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  hid_t g = H5Gopen2(f, "cases/c/ipc.baseline", H5P_DEFAULT);
+  ASSERT_GE(g, 0);
+  std::vector<hsize_t> dims;
+  EXPECT_TRUE(dataset<double>(g, "stage_ms", H5T_NATIVE_DOUBLE, &dims).empty());
+  EXPECT_EQ(dims, (std::vector<hsize_t>{0, 0, 2, 7}));
+  EXPECT_TRUE(std::isnan(attr_doubles(g, "median_ms").at(0)));
+  EXPECT_EQ(attr_double(g, "scatter_bandwidth_gbs"), 0.0);
+  EXPECT_LE(H5Lexists(g, "v_overlap_ms", H5P_DEFAULT), 0);  // not measured: absent
+  H5Gclose(g);
+  H5Fclose(f);
+}
+
+TEST(Report, FailuresLeaveNoFile) {
+  TempDir dir;
+  // unwritable: the directory does not exist
+  EXPECT_THROW(uipc::write_report(dir.file("no/such/dir/r.h5"), make_prov(), make_cases()), uipc::RuntimeError);
+  // malformed results: refused before any file exists
+  std::vector<CaseResult> cases = make_cases();
+  cases[1].runs[0].stage_ms.pop_back();
+  EXPECT_THROW(uipc::write_report(dir.file("r.h5"), make_prov(), cases), uipc::RuntimeError);
+  cases = make_cases();
+  cases[0].runs.push_back(cases[0].runs[0]);  // two groups of the same name
+  EXPECT_THROW(uipc::write_report(dir.file("r.h5"), make_prov(), cases), uipc::RuntimeError);
+  cases = make_cases();
+  cases[1].dump.shapes["x"] = {2, 2};
+  EXPECT_THROW(uipc::write_report(dir.file("r.h5"), make_prov(), cases), uipc::RuntimeError);
+  EXPECT_TRUE(dir.entries().empty());
+  // a failure after the whole file was written (the rename): the temporary goes too
+  fs::create_directories(dir.file("taken/child"));
+  EXPECT_THROW(uipc::write_report(dir.file("taken"), make_prov(), make_cases()), uipc::RuntimeError);
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"taken"});
+  EXPECT_TRUE(fs::is_directory(dir.file("taken")));
+}
+
+TEST(Report, RemovePartialReportOnlyTouchesATemporary) {
+  // Outside a write it is a no-op: a finished report stays.
+  TempDir dir;
+  std::string path = dir.file("r.h5");
+  uipc::remove_partial_report();
+  uipc::write_report(path, make_prov(), make_cases());
+  uipc::remove_partial_report();
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"r.h5"});
+}
+
+TEST(Report, ReplacesAnOldReportAtomically) {
+  TempDir dir;
+  std::string path = dir.file("r.h5");
+  uipc::write_report(path, make_prov(), make_cases());
+  Provenance p = make_prov();
+  p.mode = "gpu";
+  uipc::write_report(path, p, make_cases());
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  EXPECT_EQ(attr_string(f, "mode"), "gpu");
+  H5Fclose(f);
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"r.h5"});
+}

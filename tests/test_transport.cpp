@@ -1,0 +1,351 @@
+// The Ulysses exchange protocol on the host device, at 2 and 4 ranks: bit-exact
+// scatter/gather for every transport, strided sources, tags, target cache, 64 skewed
+// groups, release (write-after-read), fallback, failure after a group started, and the
+// watchdog. Each test checks a property that would break without the mechanism.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "base/error.hpp"
+#include "base/rng.hpp"
+#include "comm/bootstrap.hpp"
+#include "comm/collectives.hpp"
+#include "comm/exchange_geometry.hpp"
+#include "comm/host_device.hpp"
+#include "comm/transport.hpp"
+
+using namespace uipc;
+
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+// A seed every rank agrees on, fresh for every test run.
+uint64_t shared_seed() {
+  uint64_t s = std::random_device{}();
+  s = (s << 32) ^ std::random_device{}();
+  MPI_Bcast(&s, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  return s;
+}
+
+// Element (b, s_global, h, d) of a tensor with identity `tensor`: 16 random bits.
+uint16_t element_bits(uint64_t seed, uint64_t tensor, int64_t b, int64_t s, int64_t h, int64_t d) {
+  uint64_t idx = ((static_cast<uint64_t>(b) * 1000003u + s) * 4099u + h) * 521u + d;
+  return static_cast<uint16_t>(splitmix64(seed ^ (tensor * 0x9e3779b97f4a7c15ull) ^ splitmix64(idx)) >> 48);
+}
+
+struct Fixture {
+  std::unique_ptr<Device> dev;
+  std::unique_ptr<Stream> compute;
+  std::unique_ptr<Collectives> coll;
+  Fixture(double watchdog = 20.0) {
+    dev = make_host_device(world_rank());
+    dev->set_watchdog_seconds(watchdog);
+    compute = dev->create_stream(StreamPriority::kNormal);
+    coll = make_mpi_collectives(MPI_COMM_WORLD, *dev);
+  }
+  std::unique_ptr<Transport> make(const std::string& name, int capacity = 12) {
+    if (name == "ipc") return make_ipc_transport(*dev, MPI_COMM_WORLD, capacity);
+    return make_nccl_transport(*dev, *coll);
+  }
+  void finish(Transport& t) {
+    compute->synchronize();
+    t.close_peer_mappings();
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+};
+
+// Fills rank `me`'s source view (B, Sl, H, D) of 2-byte elements with row pitch `pitch`
+// (elements), leaving the other columns of each row at `filler`.
+std::vector<uint16_t> make_source(uint64_t seed, uint64_t tensor, const ExchangeShape& s, int me, int64_t pitch,
+                                  uint16_t filler) {
+  std::vector<uint16_t> src(static_cast<size_t>(s.batch * s.seq_local * pitch), filler);
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t sl = 0; sl < s.seq_local; ++sl)
+      for (int64_t h = 0; h < s.heads; ++h)
+        for (int64_t d = 0; d < s.head_dim; ++d)
+          src[static_cast<size_t>((b * s.seq_local + sl) * pitch + h * s.head_dim + d)] =
+              element_bits(seed, tensor, b, me * s.seq_local + sl, h, d);
+  return src;
+}
+
+// What rank `me` must hold after the scatter: (B, S, H/P, D), built independently.
+std::vector<uint16_t> expected_scatter(uint64_t seed, uint64_t tensor, const ExchangeShape& s, int me, int peers) {
+  const int64_t hl = s.heads / peers, S = s.seq_local * peers;
+  std::vector<uint16_t> out(static_cast<size_t>(s.batch * S * hl * s.head_dim));
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t sg = 0; sg < S; ++sg)
+      for (int64_t h = 0; h < hl; ++h)
+        for (int64_t d = 0; d < s.head_dim; ++d)
+          out[static_cast<size_t>(((b * S + sg) * hl + h) * s.head_dim + d)] =
+              element_bits(seed, tensor, b, sg, me * hl + h, d);
+  return out;
+}
+
+std::vector<uint16_t> read_back(Device& dev, const void* p, size_t elems) {
+  std::vector<uint16_t> v(elems);
+  dev.copy_to_host(v.data(), p, elems * 2);
+  return v;
+}
+
+DeviceBuffer upload(Device& dev, const std::vector<uint16_t>& v) {
+  DeviceBuffer b = dev.alloc(v.size() * 2);
+  dev.copy_to_device(b.get(), v.data(), v.size() * 2);
+  return b;
+}
+
+class TransportTest : public ::testing::TestWithParam<std::string> {};
+
+// Q, K, V as three tags of one group, V from a strided fused view, then the gather
+// back: everything bit-exact against the constructed result, for each 2-byte dtype.
+TEST_P(TransportTest, ScatterAndGatherAreBitExact) {
+  const int P = world_size(), me = world_rank();
+  for (DType t : {DType::kBF16, DType::kFP16}) {
+    Fixture f;
+    auto tr = f.make(GetParam());
+    const uint64_t seed = shared_seed();
+    ExchangeShape s{2, 3, 2 * P, 8, t};
+    const int64_t row = s.heads * s.head_dim;
+    // A fused QKV projection buffer: rows of [Q | K | V], pitch 3*H*D.
+    std::vector<uint16_t> fused(static_cast<size_t>(s.batch * s.seq_local * 3 * row));
+    for (int j = 0; j < 3; ++j) {
+      auto part = make_source(seed, j, s, me, row, 0);
+      for (int64_t r = 0; r < s.batch * s.seq_local; ++r)
+        std::memcpy(&fused[static_cast<size_t>(r * 3 * row + j * row)], &part[static_cast<size_t>(r * row)], row * 2);
+    }
+    DeviceBuffer src = upload(*f.dev, fused);
+    std::unique_ptr<Exchange> ex[3];
+    const Tag tags[3] = {Tag::kV, Tag::kQ, Tag::kK};  // V first, K carries the barrier
+    for (int i = 0; i < 3; ++i) {
+      const int j = tags[i] == Tag::kQ ? 0 : tags[i] == Tag::kK ? 1 : 2;
+      Submission sub{tags[i], Direction::kScatter, src.as<uint16_t>() + j * row, 3 * row, s, i == 2};
+      ex[i] = tr->submit(sub, *f.compute);
+    }
+    for (auto& e : ex) e->wait(*f.compute);
+    f.compute->synchronize();
+    const size_t n = static_cast<size_t>(exchange_result_elems(s));
+    for (int i = 0; i < 3; ++i) {
+      const int j = tags[i] == Tag::kQ ? 0 : tags[i] == Tag::kK ? 1 : 2;
+      ASSERT_EQ(read_back(*f.dev, ex[i]->data(), n), expected_scatter(seed, j, s, me, P))
+          << GetParam() << " " << dtype_name(t) << " tag " << tag_name(tags[i]);
+    }
+    tr->release(*f.compute);
+    // Gather Q's result back: each rank must get exactly its original Q rows.
+    Submission g{Tag::kO, Direction::kGather, ex[1]->data(), 0, s, true};
+    auto back = tr->submit(g, *f.compute);
+    back->wait(*f.compute);
+    f.compute->synchronize();
+    ASSERT_EQ(read_back(*f.dev, back->data(), n), make_source(seed, 0, s, me, row, 0)) << GetParam();
+    tr->release(*f.compute);
+    f.finish(*tr);
+  }
+}
+
+// fp32 (4-byte elements) through the same path.
+TEST_P(TransportTest, Fp32ScatterIsBitExact) {
+  const int P = world_size(), me = world_rank();
+  Fixture f;
+  auto tr = f.make(GetParam());
+  const uint64_t seed = shared_seed();
+  ExchangeShape s{1, 5, P, 4, DType::kFP32};
+  const int64_t row = s.heads * s.head_dim;
+  std::vector<uint32_t> src(static_cast<size_t>(s.seq_local * row));
+  for (int64_t sl = 0; sl < s.seq_local; ++sl)
+    for (int64_t e = 0; e < row; ++e)
+      src[static_cast<size_t>(sl * row + e)] = static_cast<uint32_t>(splitmix64(seed + (me * s.seq_local + sl) * row + e));
+  DeviceBuffer d = f.dev->alloc(src.size() * 4);
+  f.dev->copy_to_device(d.get(), src.data(), src.size() * 4);
+  auto ex = tr->submit(Submission{Tag::kQ, Direction::kScatter, d.get(), 0, s, true}, *f.compute);
+  ex->wait(*f.compute);
+  f.compute->synchronize();
+  const int64_t S = s.seq_local * P, hl = 1;
+  std::vector<uint32_t> got(static_cast<size_t>(S * hl * s.head_dim)), want(got.size());
+  f.dev->copy_to_host(got.data(), ex->data(), got.size() * 4);
+  for (int64_t sg = 0; sg < S; ++sg)
+    for (int64_t dd = 0; dd < s.head_dim; ++dd)
+      want[static_cast<size_t>(sg * s.head_dim + dd)] =
+          static_cast<uint32_t>(splitmix64(seed + sg * row + me * s.head_dim + dd));
+  ASSERT_EQ(got, want);
+  tr->release(*f.compute);
+  f.finish(*tr);
+}
+
+// 64 groups, producers skewed by rank-dependent delays, fresh data every group; the
+// cached targets are reused (same pointers, hits counted) and every group is exact.
+TEST_P(TransportTest, SixtyFourSkewedGroupsReuseCachedTargets) {
+  const int P = world_size(), me = world_rank();
+  Fixture f;
+  auto tr = f.make(GetParam());
+  ExchangeShape s{1, 4, P, 8, DType::kBF16};
+  std::mt19937 skew(static_cast<unsigned>(shared_seed() + me));
+  void* first_q = nullptr;
+  for (int it = 0; it < 64; ++it) {
+    const uint64_t seed = shared_seed();
+    auto q = make_source(seed, 0, s, me, s.heads * s.head_dim, 0);
+    auto k = make_source(seed, 1, s, me, s.heads * s.head_dim, 0);
+    DeviceBuffer qb = upload(*f.dev, q), kb = upload(*f.dev, k);
+    const int delay_us = static_cast<int>(skew() % 3000);
+    host_stream(*f.compute).enqueue([delay_us] { std::this_thread::sleep_for(std::chrono::microseconds(delay_us)); });
+    auto eq = tr->submit(Submission{Tag::kQ, Direction::kScatter, qb.get(), 0, s, false}, *f.compute);
+    auto ek = tr->submit(Submission{Tag::kK, Direction::kScatter, kb.get(), 0, s, true}, *f.compute);
+    eq->wait(*f.compute);
+    ek->wait(*f.compute);
+    f.compute->synchronize();
+    const size_t n = static_cast<size_t>(exchange_result_elems(s));
+    ASSERT_EQ(read_back(*f.dev, eq->data(), n), expected_scatter(seed, 0, s, me, P)) << "group " << it;
+    ASSERT_EQ(read_back(*f.dev, ek->data(), n), expected_scatter(seed, 1, s, me, P)) << "group " << it;
+    if (it == 0) first_q = eq->data();
+    if (GetParam() == "ipc") ASSERT_EQ(eq->data(), first_q) << "the cached target must be reused";
+    tr->release(*f.compute);
+  }
+  TransportStats st = tr->stats();
+  EXPECT_EQ(st.groups, 64);
+  EXPECT_EQ(st.handshakes, 64);  // one per group, not per tensor
+  EXPECT_EQ(st.cache_misses, 2);
+  EXPECT_EQ(st.cache_hits, 2 * 63);
+  f.finish(*tr);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, TransportTest, ::testing::Values("nccl", "ipc"),
+                         [](const auto& info) { return info.param; });
+
+// A bounded cache: three shapes cycling through two entries evict on every miss, and
+// the data stays exact.
+TEST(IpcTransport, BoundedCacheEvictsAndStaysExact) {
+  const int P = world_size(), me = world_rank();
+  Fixture f;
+  auto tr = f.make("ipc", /*capacity=*/2);
+  for (int it = 0; it < 9; ++it) {
+    ExchangeShape s{1, 2 + it % 3, P, 4, DType::kBF16};
+    const uint64_t seed = shared_seed();
+    DeviceBuffer b = upload(*f.dev, make_source(seed, 7, s, me, s.heads * s.head_dim, 0));
+    auto e = tr->submit(Submission{Tag::kV, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
+    e->wait(*f.compute);
+    f.compute->synchronize();
+    ASSERT_EQ(read_back(*f.dev, e->data(), static_cast<size_t>(exchange_result_elems(s))),
+              expected_scatter(seed, 7, s, me, P));
+    tr->release(*f.compute);
+  }
+  TransportStats st = tr->stats();
+  EXPECT_EQ(st.cache_misses, 9);
+  EXPECT_EQ(st.cache_evictions, 7);
+  f.finish(*tr);
+}
+
+// Write after read: a slow consumer reads its targets long after the group completed
+// while the peers race ahead to the next group. Without the release epochs the peers
+// would overwrite the targets under the reader.
+TEST(IpcTransport, SlowConsumerNeverSeesItsTargetOverwritten) {
+  const int P = world_size(), me = world_rank();
+  if (P < 2) GTEST_SKIP() << "needs 2 ranks or more";
+  Fixture f;
+  auto tr = f.make("ipc");
+  ExchangeShape s{1, 4, P, 8, DType::kBF16};
+  for (int it = 0; it < 4; ++it) {
+    const uint64_t seed = shared_seed();
+    DeviceBuffer b = upload(*f.dev, make_source(seed, 3, s, me, s.heads * s.head_dim, 0));
+    auto e = tr->submit(Submission{Tag::kQ, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
+    e->wait(*f.compute);
+    const size_t n = static_cast<size_t>(exchange_result_elems(s));
+    auto seen = std::make_shared<std::vector<uint16_t>>(n);
+    const void* target = e->data();
+    const bool slow = me == 0;
+    // The consumer: (rank 0 slowly) reads the target on the compute stream.
+    host_stream(*f.compute).enqueue([seen, target, n, slow] {
+      if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      std::memcpy(seen->data(), target, n * 2);
+    });
+    tr->release(*f.compute);  // only now may peers write into the target again
+    // The next group is submitted at once by every rank (the host does not wait).
+    f.compute->synchronize();
+    ASSERT_EQ(*seen, expected_scatter(seed, 3, s, me, P)) << "group " << it;
+  }
+  f.finish(*tr);
+}
+
+// Fallback happens before any group starts and says why.
+TEST(TransportSelection, FallsBackToNcclWhenIpcIsIneligible) {
+  Fixture f;
+  setenv("ULYSSES_IPC_FORCE_INELIGIBLE", "test", 1);
+  SelectedTransport sel = select_transport("ipc", *f.dev, MPI_COMM_WORLD, *f.coll, 12);
+  unsetenv("ULYSSES_IPC_FORCE_INELIGIBLE");
+  EXPECT_EQ(sel.used, "nccl");
+  EXPECT_NE(sel.fallback_reason.find("test"), std::string::npos) << sel.fallback_reason;
+  SelectedTransport ok = select_transport("ipc", *f.dev, MPI_COMM_WORLD, *f.coll, 12);
+  EXPECT_EQ(ok.used, "ipc");
+  EXPECT_TRUE(ok.fallback_reason.empty());
+  EXPECT_THROW(select_transport("carrier-pigeon", *f.dev, MPI_COMM_WORLD, *f.coll, 12), InputError);
+  ok.transport->close_peer_mappings();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// Once a group has started, a failure is raised (never a silent switch of protocol):
+// ranks that submit different shapes inside a group get a clear error.
+TEST(IpcTransport, FailureAfterGroupStartIsRaised) {
+  const int P = world_size(), me = world_rank();
+  if (P < 2) GTEST_SKIP() << "needs 2 ranks or more";
+  Fixture f(5.0);
+  auto tr = f.make("ipc");
+  ExchangeShape s{1, 2, P, 4, DType::kBF16};
+  DeviceBuffer b = f.dev->alloc(1 << 16);
+  tr->submit(Submission{Tag::kQ, Direction::kScatter, b.get(), 0, s, false}, *f.compute);
+  ExchangeShape odd = s;
+  odd.seq_local = me == 0 ? 2 : 3;  // rank 0 disagrees with the others
+  try {
+    tr->submit(Submission{Tag::kK, Direction::kScatter, b.get(), 0, odd, true}, *f.compute);
+    FAIL() << "a diverging submission inside a group must raise";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("disagree"), std::string::npos) << e.what();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// A peer that never arrives: the GPU-side wait is bounded, the error names the peer.
+TEST(IpcTransport, WatchdogNamesAPeerThatNeverArrives) {
+  const int P = world_size(), me = world_rank();
+  if (P < 2) GTEST_SKIP() << "needs 2 ranks or more";
+  Fixture f(1.0);
+  auto tr = f.make("ipc");
+  ExchangeShape s{1, 2, P, 4, DType::kBF16};
+  DeviceBuffer b = f.dev->alloc(1 << 16);
+  // One good group warms the cache (no host collective in the next one).
+  auto e = tr->submit(Submission{Tag::kQ, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
+  e->wait(*f.compute);
+  f.compute->synchronize();
+  tr->release(*f.compute);
+  f.compute->synchronize();
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == P - 1) {
+    // The last rank stays away for longer than the watchdog.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  } else {
+    auto t0 = std::chrono::steady_clock::now();
+    auto e2 = tr->submit(Submission{Tag::kQ, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
+    e2->wait(*f.compute);
+    try {
+      f.compute->synchronize();
+      FAIL() << "the wait for an absent peer must fail";
+    } catch (const PeerTimeout& err) {
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      EXPECT_LT(took, 2.4);
+      EXPECT_NE(std::string(err.what()).find("peer " + std::to_string(P - 1)), std::string::npos) << err.what();
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+}  // namespace
