@@ -73,25 +73,62 @@ bool all_on_one_node(MPI_Comm comm) {
   return node_info(comm).local_size == size;
 }
 
-void allgather_bounded(MPI_Comm comm, const void* mine, int bytes, void* all, double timeout_s,
-                       const std::string& what) {
-  MPI_Request req;
-  UIPC_MPI_CHECK(MPI_Iallgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, comm, &req));
+void wait_bounded(MPI_Request* reqs, int n, double timeout_s, const std::string& what,
+                  const std::vector<int>& peer_of_request) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  int done = 0;
   auto nap = std::chrono::microseconds(20);
+  int done = 0;
   while (true) {
-    UIPC_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    UIPC_MPI_CHECK(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
     if (done) return;
     if (std::chrono::steady_clock::now() > deadline) break;
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, std::chrono::microseconds(2000));
   }
-  // The request cannot be completed any more; the caller exits with this error.
+  // Name the peers whose messages never came (when the requests say who they are).
+  std::string missing;
+  for (int i = 0; i < n && i < static_cast<int>(peer_of_request.size()); ++i) {
+    int flag = 0;
+    if (reqs[i] != MPI_REQUEST_NULL) MPI_Request_get_status(reqs[i], &flag, MPI_STATUS_IGNORE);
+    if (reqs[i] != MPI_REQUEST_NULL && !flag)
+      missing += (missing.empty() ? "" : ", ") + std::to_string(peer_of_request[i]);
+  }
   char buf[64];
   snprintf(buf, sizeof(buf), "%.1f", timeout_s);
-  throw PeerTimeout("rank " + std::to_string(error_rank()) + ": not every rank of the group arrived within " +
-                    buf + " s at " + what + " (a peer died, hangs, or submitted something else)");
+  // The requests cannot complete any more; the caller exits with this error.
+  throw PeerTimeout("rank " + std::to_string(error_rank()) + ": " +
+                    (missing.empty() ? std::string("not every rank arrived") : "rank(s) " + missing + " did not arrive") +
+                    " within " + buf + " s at " + what + " (a peer died, hangs, or submitted something else)");
+}
+
+void allgather_bounded(MPI_Comm comm, const void* mine, int bytes, void* all, double timeout_s,
+                       const std::string& what) {
+  MPI_Request req;
+  UIPC_MPI_CHECK(MPI_Iallgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, comm, &req));
+  wait_bounded(&req, 1, timeout_s, what, {});
+}
+
+void alltoall_bounded(MPI_Comm comm, const void* send, void* recv, size_t bytes_per_peer, double timeout_s,
+                      const std::string& what) {
+  int size = 0, rank = 0;
+  UIPC_MPI_CHECK(MPI_Comm_size(comm, &size));
+  UIPC_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  UIPC_CHECK(bytes_per_peer <= static_cast<size_t>(INT32_MAX), "all-to-all chunk too large for MPI");
+  const int n = static_cast<int>(bytes_per_peer);
+  // Receives first (named by peer, so a timeout says who is missing), then sends.
+  std::vector<MPI_Request> reqs(2 * static_cast<size_t>(size), MPI_REQUEST_NULL);
+  std::vector<int> peer_of(2 * static_cast<size_t>(size));
+  for (int p = 0; p < size; ++p) {
+    UIPC_MPI_CHECK(MPI_Irecv(static_cast<char*>(recv) + static_cast<size_t>(p) * bytes_per_peer, n, MPI_BYTE, p, 7,
+                             comm, &reqs[p]));
+    peer_of[p] = p;
+  }
+  for (int p = 0; p < size; ++p) {
+    UIPC_MPI_CHECK(MPI_Isend(static_cast<const char*>(send) + static_cast<size_t>(p) * bytes_per_peer, n, MPI_BYTE,
+                             p, 7, comm, &reqs[size + p]));
+    peer_of[size + p] = p;
+  }
+  wait_bounded(reqs.data(), 2 * size, timeout_s, what, peer_of);
 }
 
 void barrier_bounded(MPI_Comm comm, double timeout_s, const std::string& what) {

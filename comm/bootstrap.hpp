@@ -44,6 +44,13 @@ NodeInfo node_info(MPI_Comm comm);
 // True when every rank of `comm` runs on the same node.
 bool all_on_one_node(MPI_Comm comm);
 
+// Waits for n requests, giving up after timeout_s with a PeerTimeout naming `what`
+// and, where peer_of_request says whom each request talks to, the ranks missing.
+void wait_bounded(MPI_Request* reqs, int n, double timeout_s, const std::string& what,
+                  const std::vector<int>& peer_of_request);
+// All-to-all of bytes_per_peer per pair, point to point, bounded like wait_bounded.
+void alltoall_bounded(MPI_Comm comm, const void* send, void* recv, size_t bytes_per_peer, double timeout_s,
+                      const std::string& what);
 // MPI_Allgather of `bytes` per rank that gives up after `timeout_s` with a PeerTimeout
 // naming `what` and the ranks that never arrived, instead of hanging.
 void allgather_bounded(MPI_Comm comm, const void* mine, int bytes, void* all, double timeout_s,

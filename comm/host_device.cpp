@@ -209,11 +209,11 @@ struct StreamState {
   const char* running_what = "";
   bool stop = false;
   bool exited = false;
-  uint64_t completed = 0;  // tasks finished or skipped: the progress the host waits on
-  std::exception_ptr error;  // the first failure; the stream stays failed
+  uint64_t completed = 0;           // tasks finished or skipped: the progress the host waits on
+  std::exception_ptr error;         // the first failure; the stream stays failed
   std::atomic<bool> cancel{false};  // set at teardown: pending tasks are skipped, waits end
-  std::exception_ptr cancel_error;   // what skipped tasks report after cancellation
-  std::string description;           // e.g. "stream 3 (high priority)"
+  std::exception_ptr cancel_error;  // what skipped tasks report after cancellation
+  std::string description;          // e.g. "stream 3 (high priority)"
 };
 
 void worker_loop(const std::shared_ptr<StreamState>& st) {
@@ -303,9 +303,9 @@ class HostStreamImpl final : public HostStream {
       : device_(device), priority_(priority), state_(std::make_shared<StreamState>()) {
     state_->description = "stream " + std::to_string(id) +
                           (priority == StreamPriority::kHigh ? " (high priority)" : " (normal priority)");
-    state_->cancel_error = std::make_exception_ptr(
-        RuntimeError("rank " + std::to_string(error_rank()) + ": " + state_->description +
-                     " was destroyed with work pending; the work was skipped"));
+    state_->cancel_error =
+        std::make_exception_ptr(RuntimeError("rank " + std::to_string(error_rank()) + ": " + state_->description +
+                                             " was destroyed with work pending; the work was skipped"));
     auto st = state_;
     worker_ = std::thread([st] { worker_loop(st); });
   }
@@ -354,10 +354,9 @@ class HostStreamImpl final : public HostStream {
     auto drained = [&] { return st.queue.empty() && !st.running; };
     if (!wait_with_progress(st, lk, host_wait_bound(watchdog_s), drained)) {
       std::ostringstream msg;
-      msg << "rank " << error_rank() << ": " << st.description << " did not drain within "
-          << format_seconds(watchdog_s) << " (watchdog): running " << (st.running ? st.running_what : "nothing")
-          << ", "
-          << st.queue.size() << " more task(s) queued";
+      msg << "rank " << error_rank() << ": " << st.description << " did not drain within " << format_seconds(watchdog_s)
+          << " (watchdog): running " << (st.running ? st.running_what : "nothing") << ", " << st.queue.size()
+          << " more task(s) queued";
       throw PeerTimeout(msg.str());
     }
     if (st.error) std::rethrow_exception(st.error);
@@ -390,7 +389,7 @@ HostStreamImpl& impl_of(Stream& s) {
 
 struct EventRecord {
   uint64_t generation = 0;
-  std::string stream;  // where it was recorded, for messages
+  std::string stream;                       // where it was recorded, for messages
   std::weak_ptr<StreamState> stream_state;  // whether that stream still moves
   std::mutex mu;
   std::condition_variable cv;
@@ -419,8 +418,8 @@ bool wait_for_record(EventRecord& rec, Clock::duration bound, const std::atomic<
   std::unique_lock<std::mutex> lk(rec.mu);
   while (!rec.done) {
     if (cancel && cancel->load(std::memory_order_acquire))
-      throw RuntimeError("stream destroyed while waiting for event record #" + std::to_string(rec.generation) +
-                         " on " + rec.stream);
+      throw RuntimeError("stream destroyed while waiting for event record #" + std::to_string(rec.generation) + " on " +
+                         rec.stream);
     auto now = Clock::now();
     if (now >= deadline) {
       lk.unlock();  // never hold a record's lock and a stream's together
@@ -450,8 +449,8 @@ class HostEvent final : public Event {
       rec->generation = ++generation_;
       latest_ = rec;
     }
-    stream.submit(Task{[rec] { rec->complete(nullptr); },
-                       [rec](const std::exception_ptr& e) { rec->complete(e); }, "event record"});
+    stream.submit(Task{[rec] { rec->complete(nullptr); }, [rec](const std::exception_ptr& e) { rec->complete(e); },
+                       "event record"});
   }
 
   bool query() override {
@@ -467,9 +466,9 @@ class HostEvent final : public Event {
     if (!rec) return;
     double watchdog_s = device_.watchdog_seconds();
     if (!wait_for_record(*rec, host_wait_bound(watchdog_s), nullptr)) {
-      throw PeerTimeout("rank " + std::to_string(error_rank()) + ": event record #" +
-                        std::to_string(rec->generation) + " on " + rec->stream + " did not complete within " +
-                        format_seconds(watchdog_s) + " (watchdog)");
+      throw PeerTimeout("rank " + std::to_string(error_rank()) + ": event record #" + std::to_string(rec->generation) +
+                        " on " + rec->stream + " did not complete within " + format_seconds(watchdog_s) +
+                        " (watchdog)");
     }
     std::lock_guard<std::mutex> lk(rec->mu);
     if (rec->error) std::rethrow_exception(rec->error);
@@ -512,8 +511,8 @@ class HostDevice final : public Device {
 
   IpcHandle export_handle(const DeviceBuffer& buf) override {
     ShmSegment& seg = segment_of(buf, "export_handle");
-    UIPC_CHECK(!seg.sealed, std::string("export_handle: segment ") + seg.name +
-                                " is sealed: peers can no longer open it");
+    UIPC_CHECK(!seg.sealed,
+               std::string("export_handle: segment ") + seg.name + " is sealed: peers can no longer open it");
     IpcHandle h;
     uint64_t exported = buf.bytes();
     std::memcpy(h.bytes.data() + HandleLayout::kMagicOffset, &kHandleMagic, sizeof(kHandleMagic));
@@ -531,6 +530,8 @@ class HostDevice final : public Device {
     char name[HandleLayout::kNameCapacity];
     std::memcpy(name, h.bytes.data() + HandleLayout::kNameOffset, sizeof(name));
     name[sizeof(name) - 1] = '\0';
+    UIPC_CHECK(std::strncmp(name, host_shm_prefix(), std::strlen(host_shm_prefix())) == 0,
+               std::string("open_handle: ") + name + " is not a segment of this program");
     UIPC_CHECK(bytes <= exported, "open_handle: asked to map " + std::to_string(bytes) + " bytes of " + name +
                                       ", which exports " + std::to_string(exported));
 
@@ -542,6 +543,14 @@ class HostDevice final : public Device {
                     __FILE__, __LINE__);
     }
     size_t map_bytes = std::max<size_t>(bytes, 1);
+    // A mapping past the end of the segment would turn a bad handle into a SIGBUS later.
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < map_bytes) {
+      close(fd);
+      throw_runtime(std::string("open_handle: ") + name + " is smaller than the " + std::to_string(map_bytes) +
+                        " bytes asked for",
+                    __FILE__, __LINE__);
+    }
     void* ptr = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     int err = errno;
     close(fd);
@@ -654,34 +663,34 @@ class HostDevice final : public Device {
     double watchdog_s = watchdog_seconds();
     int rank = error_rank();
     const std::atomic<bool>* cancel = &stream.cancel_flag();
-    stream.submit(Task{[addr, v, label, timeout, watchdog_s, rank, cancel] {
-                         uint64_t seen = 0;
-                         for (int i = 0; i < kSpinLoads; ++i) {
-                           seen = __atomic_load_n(addr, __ATOMIC_ACQUIRE);
-                           if (seen >= v) return;
-                           cpu_relax();
-                         }
-                         // Then sleep on the word: with 4 ranks and their workers on 2
-                         // cores, a spinning waiter would starve the writer it waits for.
-                         auto deadline = Clock::now() + timeout;
-                         for (;;) {
-                           seen = __atomic_load_n(addr, __ATOMIC_ACQUIRE);
-                           if (seen >= v) return;
-                           if (cancel->load(std::memory_order_acquire))
-                             throw RuntimeError("rank " + std::to_string(rank) +
-                                                ": stream destroyed while waiting for " + label.what);
-                           auto now = Clock::now();
-                           if (now >= deadline) {
-                             std::ostringstream msg;
-                             msg << "rank " << rank << ": peer " << label.peer << " did not arrive within "
-                                 << format_seconds(watchdog_s) << ": " << label.what << " (word holds " << seen
-                                 << ", needs >= " << v << ")";
-                             throw PeerTimeout(msg.str());
-                           }
-                           futex_wait(addr, static_cast<uint32_t>(seen), std::min<Clock::duration>(deadline - now, kPollSlice));
-                         }
-                       },
-                       nullptr, "wait_value64_geq", true});
+    stream.submit(Task{
+        [addr, v, label, timeout, watchdog_s, rank, cancel] {
+          uint64_t seen = 0;
+          for (int i = 0; i < kSpinLoads; ++i) {
+            seen = __atomic_load_n(addr, __ATOMIC_ACQUIRE);
+            if (seen >= v) return;
+            cpu_relax();
+          }
+          // Then sleep on the word: with 4 ranks and their workers on 2 cores, a spinning
+          // waiter would starve the writer it waits for.
+          auto deadline = Clock::now() + timeout;
+          for (;;) {
+            seen = __atomic_load_n(addr, __ATOMIC_ACQUIRE);
+            if (seen >= v) return;
+            if (cancel->load(std::memory_order_acquire))
+              throw RuntimeError("rank " + std::to_string(rank) + ": stream destroyed while waiting for " + label.what);
+            auto now = Clock::now();
+            if (now >= deadline) {
+              std::ostringstream msg;
+              msg << "rank " << rank << ": peer " << label.peer << " did not arrive within "
+                  << format_seconds(watchdog_s) << ": " << label.what << " (word holds " << seen << ", needs >= " << v
+                  << ")";
+              throw PeerTimeout(msg.str());
+            }
+            futex_wait(addr, static_cast<uint32_t>(seen), std::min<Clock::duration>(deadline - now, kPollSlice));
+          }
+        },
+        nullptr, "wait_value64_geq", true});
   }
 
   void free_buffer(void* ptr, size_t /*bytes*/, void* impl) override {
@@ -743,9 +752,9 @@ class HostDevice final : public Device {
     auto fail = [&](const std::string& what, int err) {
       close(fd);
       unlink_owned_name(seg->name, seg->slot);
-      throw_runtime("alloc: " + what + " of " + std::to_string(bytes) + " bytes in " + seg->name +
-                        " failed: " + errno_text(err),
-                    __FILE__, __LINE__);
+      throw_runtime(
+          "alloc: " + what + " of " + std::to_string(bytes) + " bytes in " + seg->name + " failed: " + errno_text(err),
+          __FILE__, __LINE__);
     };
     if (ftruncate(fd, static_cast<off_t>(seg->mapped_bytes)) != 0) fail("ftruncate", errno);
     // Reserve the pages now: a full /dev/shm is then an error here, not a SIGBUS later.

@@ -88,8 +88,8 @@ class MpiCollectives : public Collectives {
     s.synchronize();  // the bytes are final once the stream has drained
     std::vector<unsigned char> out(total), in(total);
     dev_.copy_to_host(out.data(), send, total);
-    UIPC_MPI_CHECK(MPI_Alltoall(out.data(), static_cast<int>(bytes_per_peer), MPI_BYTE, in.data(),
-                                static_cast<int>(bytes_per_peer), MPI_BYTE, comm_.get()));
+    alltoall_bounded(comm_.get(), out.data(), in.data(), bytes_per_peer, dev_.watchdog_seconds(),
+                     "the all-to-all of the nccl transport (MPI emulation)");
     dev_.copy_to_device(recv, in.data(), total);
   }
 
@@ -99,8 +99,11 @@ class MpiCollectives : public Collectives {
     const int size = comm_.size();
     std::vector<float> mine(n), all(n * static_cast<size_t>(size));
     dev_.copy_to_host(mine.data(), buf, n * sizeof(float));
-    UIPC_MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(n), MPI_FLOAT, all.data(), static_cast<int>(n),
-                                 MPI_FLOAT, comm_.get()));
+    // An all-gather as an all-to-all of the same chunk: point to point, bounded.
+    std::vector<float> same(n * static_cast<size_t>(size));
+    for (int r = 0; r < size; ++r) std::copy(mine.begin(), mine.end(), same.begin() + static_cast<size_t>(r) * n);
+    alltoall_bounded(comm_.get(), same.data(), all.data(), n * sizeof(float), dev_.watchdog_seconds(),
+                     "the TP all-reduce (MPI)");
     for (size_t i = 0; i < n; ++i) {
       float acc = 0.0f;
       for (int r = 0; r < size; ++r) acc += all[static_cast<size_t>(r) * n + i];

@@ -32,7 +32,7 @@ using HostExec = Kokkos::DefaultHostExecutionSpace;
 using Range = Kokkos::RangePolicy<HostExec, Kokkos::IndexType<int64_t>>;
 
 // n elements of `src` (type t) from element `offset` on, converted to fp32 (exact).
-// The switch sits outside the loop so each case is a plain, vectorisable loop.
+// The type is dispatched once per row, not once per element.
 inline void load_row(DType t, const void* src, int64_t offset, int64_t n, float* dst) {
   switch (t) {
     case DType::kBF16: {

@@ -28,6 +28,13 @@ int usable_gpu_count() {
 #endif
 }
 
+std::string Backend::attention_path() const {
+#if defined(ULYSSES_HAVE_CUDA)
+  if (mode == "gpu") return cuda_attention_path(*kernels);
+#endif
+  return "host";
+}
+
 std::unique_ptr<Collectives> Backend::make_collectives(MPI_Comm comm) const {
 #if defined(ULYSSES_HAVE_CUDA)
   if (mode == "gpu" && nccl_usable) return make_nccl_collectives(comm);
@@ -73,8 +80,8 @@ Backend make_backend(const BackendOptions& opt, MPI_Comm world) {
   b.kernels = make_cuda_kernels();
   b.nccl_usable = node.local_size <= count;
   if (!b.nccl_usable) b.nccl_unusable_reason = "several ranks share a GPU: NCCL needs one GPU per rank";
-  b.versions_cuda = cuda_versions();
-  b.versions_nccl = nccl_version();
+  b.versions_cuda = cuda_version_string();
+  b.versions_nccl = nccl_version_string();
 #endif
   return b;
 }

@@ -28,6 +28,8 @@ struct Backend {
   std::string versions_cuda, versions_nccl;  // "" where not present
   // Collectives over `comm`: NCCL where usable, else MPI staged through the host.
   std::unique_ptr<Collectives> make_collectives(MPI_Comm comm) const;
+  // The implementation the last attention call used ("host", "cudnn-sdpa", "reference").
+  std::string attention_path() const;
 };
 
 // Picks the mode (auto: gpu when CUDA devices are usable, else sim) and builds the

@@ -63,6 +63,48 @@ const std::vector<Preset>& presets() {
          b.schedules = {"baseline", "v-first-split"};
          return std::vector<Case>{a, b};
        }},
+      {"protocol",
+       "The IPC protocol's acceptance deck (simulation-sized): Ulysses2, Ulysses4 and TP2+Ulysses2, each "
+       "comparing nccl and ipc under all three schedules, in bf16, fp16 and fp32. At 2 ranks the Ulysses2 "
+       "case runs; at 4 ranks the Ulysses4 and TP2+Ulysses2 cases.",
+       [] {
+         Case a;
+         a.batch = 1;
+         a.seq_len = 128;
+         a.heads = 8;
+         a.head_dim = 32;
+         a.qk_norm = NormKind::kRmsPerHead;
+         a.rope = RopeKind::k1D;
+         a.fused_qkv = true;
+         a.transports = {"nccl", "ipc"};
+         a.schedules = {"baseline", "v-first", "v-first-split"};
+         a.warmup = 1;
+         a.iterations = 2;
+         a.repeats = 1;
+         Case u2 = a, u2f = a, u4 = a, tp = a;
+         u2.name = "u2-bf16";
+         u2.description = "Ulysses2, bf16, fused QKV, RMS norm per head";
+         u2.dtype = DType::kBF16;
+         u2.ulysses = 2;
+         u2f.name = "u2-fp32";
+         u2f.description = "Ulysses2, fp32, separate projections in the baseline, no norm";
+         u2f.dtype = DType::kFP32;
+         u2f.ulysses = 2;
+         u2f.fused_qkv = false;
+         u2f.qk_norm = NormKind::kNone;
+         u4.name = "u4-fp16";
+         u4.description = "Ulysses4, fp16, batch 2, LayerNorm per head";
+         u4.dtype = DType::kFP16;
+         u4.ulysses = 4;
+         u4.batch = 2;
+         u4.qk_norm = NormKind::kLayerPerHead;
+         tp.name = "tp2-u2-bf16";
+         tp.description = "TP2 x Ulysses2, bf16: the output projection's partial sums all-reduced across TP";
+         tp.dtype = DType::kBF16;
+         tp.ulysses = 2;
+         tp.tp = 2;
+         return std::vector<Case>{u2, u2f, u4, tp};
+       }},
       {"flux-dev-1024",
        "FLUX.1-dev joint attention at 1024x1024 (GPU runs): 4096 image + 512 text tokens, 24 heads x 128, "
        "RMS QK norm per head. 1-D RoPE stands in for Flux's 3-axis RoPE (same cost, other angles).",

@@ -119,6 +119,8 @@ void write_run(const h5::Group& cg, const RunResult& r) {
   g.write_attr("transport_used", r.transport_used);
   g.write_attr("fallback_reason", r.fallback_reason);
   g.write_attr("gather_transport", r.gather_transport);
+  g.write_attr("collectives", r.collectives);
+  g.write_attr("attention", r.attention);
   g.write_attr("schedule", r.schedule);
   g.write_attr("projection", r.projection);
   g.write_attr("parity_pass", r.parity_pass ? 1 : 0);

@@ -30,6 +30,8 @@ struct RunResult {
   std::string transport_used;       // after eligibility / fallback
   std::string fallback_reason;      // empty when no fallback happened
   std::string gather_transport;     // what carried the output gather
+  std::string collectives;          // library under the nccl transport, gather and TP all-reduce: "nccl" or "mpi"
+  std::string attention;            // attention implementation: "host", "cudnn-sdpa", "reference"
   std::string schedule;
   std::string projection;           // "fused" or "separate"
   bool parity_pass = false;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 
 #include "base/error.hpp"
@@ -37,7 +38,8 @@ std::string mpi_version() {
 
 // The reference rows of every rank's shard, sent from rank 0 (which computed the dense
 // layer) to their owners. Returns this rank's (B, S/U, C) reference values.
-std::vector<float> distribute_reference(const std::vector<float>& full, const Case& c, const Layout& l) {
+std::vector<float> distribute_reference(const std::vector<float>& full, const Case& c, const Layout& l,
+                                        double timeout_s) {
   const int64_t C = c.width(), S = c.seq_len, Sl = l.seq_local;
   const size_t shard = static_cast<size_t>(l.batch * Sl * C);
   std::vector<float> sendbuf, mine(shard);
@@ -50,8 +52,10 @@ std::vector<float> distribute_reference(const std::vector<float>& full, const Ca
     }
   }
   UIPC_CHECK(shard <= static_cast<size_t>(INT32_MAX), "reference shard too large for MPI_Scatter");
-  UIPC_MPI_CHECK(MPI_Scatter(sendbuf.data(), static_cast<int>(shard), MPI_FLOAT, mine.data(), static_cast<int>(shard),
-                             MPI_FLOAT, 0, MPI_COMM_WORLD));
+  MPI_Request req;
+  UIPC_MPI_CHECK(MPI_Iscatter(sendbuf.data(), static_cast<int>(shard), MPI_FLOAT, mine.data(), static_cast<int>(shard),
+                              MPI_FLOAT, 0, MPI_COMM_WORLD, &req));
+  wait_bounded(&req, 1, timeout_s, "the dense reference of case '" + c.name + "' (computed by rank 0)", {0});
   return mine;
 }
 
@@ -60,7 +64,7 @@ struct Parity {
   bool finite = true;
 };
 
-Parity check_parity(Device& dev, const DeviceBuffer& y, DType t, const std::vector<float>& ref) {
+Parity check_parity(Device& dev, const DeviceBuffer& y, DType t, const std::vector<float>& ref, double timeout_s) {
   std::vector<unsigned char> raw(ref.size() * dtype_size(t));
   dev.copy_to_host(raw.data(), y.get(), raw.size());
   double sums[2] = {0, 0};  // ||y - ref||^2, ||ref||^2
@@ -77,8 +81,10 @@ Parity check_parity(Device& dev, const DeviceBuffer& y, DType t, const std::vect
     max_abs = std::max(max_abs, std::fabs(d));
   }
   double gsums[2], gmax[2], local_max[2] = {max_abs, nonfinite};
-  UIPC_MPI_CHECK(MPI_Allreduce(sums, gsums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-  UIPC_MPI_CHECK(MPI_Allreduce(local_max, gmax, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  MPI_Request reqs[2];
+  UIPC_MPI_CHECK(MPI_Iallreduce(sums, gsums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &reqs[0]));
+  UIPC_MPI_CHECK(MPI_Iallreduce(local_max, gmax, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &reqs[1]));
+  wait_bounded(reqs, 2, timeout_s, "the parity check", {});
   Parity p;
   p.max_abs = gmax[0];
   p.finite = gmax[1] == 0;
@@ -87,7 +93,8 @@ Parity check_parity(Device& dev, const DeviceBuffer& y, DType t, const std::vect
 }
 
 // Rank 0 receives every rank's [iteration][stage] timings (and overlaps).
-void gather_timings(const std::vector<LayerTiming>& mine, int world, int repeat, int iterations, RunResult& out) {
+void gather_timings(const std::vector<LayerTiming>& mine, int world, int repeat, int iterations, RunResult& out,
+                    double timeout_s) {
   std::vector<double> flat;
   for (const auto& t : mine) {
     flat.insert(flat.end(), t.stage_ms, t.stage_ms + kNumStages);
@@ -95,7 +102,9 @@ void gather_timings(const std::vector<LayerTiming>& mine, int world, int repeat,
   }
   const int per = static_cast<int>(flat.size());
   std::vector<double> all(static_cast<size_t>(per) * world);
-  UIPC_MPI_CHECK(MPI_Gather(flat.data(), per, MPI_DOUBLE, all.data(), per, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  MPI_Request req;
+  UIPC_MPI_CHECK(MPI_Igather(flat.data(), per, MPI_DOUBLE, all.data(), per, MPI_DOUBLE, 0, MPI_COMM_WORLD, &req));
+  wait_bounded(&req, 1, timeout_s, "the collection of timings", {});
   for (int i = 0; i < iterations; ++i)
     for (int r = 0; r < world; ++r) {
       const double* src = all.data() + static_cast<size_t>(r) * per + static_cast<size_t>(i) * (kNumStages + 1);
@@ -103,6 +112,22 @@ void gather_timings(const std::vector<LayerTiming>& mine, int world, int repeat,
       std::copy_n(src, kNumStages, out.stage_ms.begin() + idx * kNumStages);
       out.v_overlap_ms[idx] = src[kNumStages];
     }
+}
+
+// --dump stores whole tensors in the report: small cases only.
+constexpr int64_t kMaxDumpElements = 16 << 20;
+
+// Test hook: a rank named by this variable adds 1 to its first output element before
+// the parity check, so tests can see a parity failure end to end.
+const char* const kCorruptRankEnv = "ULYSSES_TEST_CORRUPT_RANK";
+
+void corrupt_output_for_tests(Device& dev, const DeviceBuffer& y, DType t, int rank) {
+  const char* v = std::getenv(kCorruptRankEnv);
+  if (!v || !*v || std::atoi(v) != rank) return;
+  unsigned char e[4];
+  dev.copy_to_host(e, y.get(), dtype_size(t));
+  store_from_float(t, e, 0, load_as_float(t, e, 0) + 1.0f);
+  dev.copy_to_device(y.get(), e, dtype_size(t));
 }
 
 class Printer {
@@ -153,6 +178,10 @@ int run_deck(const RunOptions& opt) {
         skipped.push_back(c.name + ": " + e.what());
       }
     }
+    for (const auto& c : todo)
+      if (opt.dump && c.batch * c.seq_len * c.width() > kMaxDumpElements)
+        throw InputError("--dump: case '" + c.name + "' has " + std::to_string(c.batch * c.seq_len * c.width()) +
+                         " input elements; --dump is for cases up to " + std::to_string(kMaxDumpElements));
     if (todo.empty())
       throw InputError(opt.deck_path + ": no case of the deck can run on " + std::to_string(world) + " rank(s): " +
                        (skipped.empty() ? std::string("none selected") : skipped.front()));
@@ -197,7 +226,9 @@ int run_deck(const RunOptions& opt) {
     LayerData data = upload_layer_data(*be.device, c, l, host);
     std::vector<float> full_ref;
     if (rank == 0) full_ref = dense_reference(*be.device, *be.kernels, c, *compute);
-    std::vector<float> ref = distribute_reference(full_ref, c, l);
+    const double wd = be.device->watchdog_seconds();
+    // The dense reference is serial work on rank 0: the others wait longer for it.
+    std::vector<float> ref = distribute_reference(full_ref, c, l, 20 * wd);
 
     CaseResult cr;
     cr.spec = c;
@@ -225,6 +256,7 @@ int run_deck(const RunOptions& opt) {
         rr.transport_used = sel.used;
         rr.fallback_reason = sel.fallback_reason;
         rr.gather_transport = gather_name;
+        rr.collectives = ucoll->name();
         rr.schedule = sname;
         rr.projection = sched.fused ? "fused" : "separate";
         rr.repeats = c.repeats;
@@ -246,12 +278,14 @@ int run_deck(const RunOptions& opt) {
             compute->synchronize();
             times.push_back(pipe.last_timing());
           }
-          gather_timings(times, world, rep, c.iterations, rr);
+          gather_timings(times, world, rep, c.iterations, rr, wd);
         }
-        Parity p = check_parity(*be.device, pipe.output(), c.dtype, ref);
+        corrupt_output_for_tests(*be.device, pipe.output(), c.dtype, rank);
+        Parity p = check_parity(*be.device, pipe.output(), c.dtype, ref, wd);
         rr.parity_max_abs = p.max_abs;
         rr.parity_rel_l2 = p.rel_l2;
         rr.parity_finite = p.finite;
+        rr.attention = be.attention_path();
         rr.parity_pass = p.finite && p.max_abs <= c.tol_max_abs && p.rel_l2 <= c.tol_rel_l2;
         all_pass = all_pass && rr.parity_pass;
 

@@ -26,6 +26,22 @@ if ! "$PY" -c 'import ulysses_post' >/dev/null 2>&1 && [[ -f postprocess/pyproje
   "$PY" -m pip install -q -e postprocess
 fi
 
+# cuDNN's SDPA is reached through the header-only cudnn-frontend (its supported C++
+# API; no Debian package ships it): its include/ from PyPI's nvidia-cudnn-frontend wheel,
+# pinned, into the git-ignored .cache/. Without nvcc it is not needed.
+CUDNN_FE_VERSION=1.32.0
+if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  if [[ ! -f .cache/cudnn-frontend/include/cudnn_frontend.h ]]; then
+    echo "setup: fetching cudnn-frontend ${CUDNN_FE_VERSION} headers"
+    tmp=$(mktemp -d)
+    "$PY" -m pip download -q --no-deps --only-binary=:all: "nvidia-cudnn-frontend==${CUDNN_FE_VERSION}" -d "$tmp"
+    mkdir -p .cache/cudnn-frontend
+    "$PY" -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); [z.extract(n, sys.argv[2]) for n in z.namelist() if n.startswith("include/")]' \
+      "$(ls "$tmp"/*.whl | head -n 1)" .cache/cudnn-frontend
+    rm -rf "$tmp"
+  fi
+fi
+
 BUILD=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD" -j"$(nproc)"

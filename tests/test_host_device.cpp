@@ -2,6 +2,7 @@
 // copies, the bounded epoch-word waits, shared-memory export/open/seal with nothing left
 // in /dev/shm, and a cross-process scatter through mapped peer buffers (under mpiexec).
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <mpi.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,8 +16,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "base/error.hpp"
 #include "base/rng.hpp"
@@ -189,8 +188,8 @@ TEST_F(HostDeviceTest, Copy2dWithStridedPitchesMatchesReference) {
       for (size_t c = 0; c < width; ++c) expected[r * dst_pitch + c] = src_host[r * src_pitch + c];
     std::vector<unsigned char> got(dst_bytes);
     dev_->copy_to_host(got.data(), dst.get(), dst_bytes);
-    ASSERT_EQ(got, expected) << "width " << width << " height " << height << " src_pitch " << src_pitch
-                             << " dst_pitch " << dst_pitch << " exportable " << dst_exportable;
+    ASSERT_EQ(got, expected) << "width " << width << " height " << height << " src_pitch " << src_pitch << " dst_pitch "
+                             << dst_pitch << " exportable " << dst_exportable;
   }
 }
 
@@ -336,7 +335,7 @@ TEST_F(HostDeviceTest, EventsNotCompleteCannotBeTimed) {
   auto start = dev_->create_event();
   auto end = dev_->create_event();
   auto never = dev_->create_event();
-  EXPECT_TRUE(never->query());          // never recorded: nothing to wait for
+  EXPECT_TRUE(never->query());  // never recorded: nothing to wait for
   EXPECT_NO_THROW(never->synchronize());
   start->record(*s);
   host_stream(*s).enqueue(gate.task());
@@ -526,7 +525,7 @@ TEST_F(HostDeviceTest, SealDropsTheNameButMappingsStayValid) {
   seal_export(*dev_, buf);
   EXPECT_TRUE(own_shm_entries().empty());
   EXPECT_NO_THROW(seal_export(*dev_, buf));  // idempotent
-  EXPECT_NO_THROW(dev_->seal_export(buf));    // the virtual of Device is the same operation
+  EXPECT_NO_THROW(dev_->seal_export(buf));   // the virtual of Device is the same operation
   std::vector<unsigned char> data(4096), back(4096);
   for (auto& c : data) c = static_cast<unsigned char>(rng());
   dev_->copy_to_device(buf.get(), data.data(), data.size());
@@ -571,7 +570,8 @@ TEST_F(HostDeviceTest, UnlinkAllRemovesUnsealedNames) {
 
 // The byte that rank `src` sends to rank `dst` at row r, column c in round `round`.
 unsigned char payload(uint64_t seed, int round, int src, int dst, size_t r, size_t c) {
-  uint64_t stream = (static_cast<uint64_t>(round) << 40) ^ (static_cast<uint64_t>(src) << 20) ^ static_cast<uint64_t>(dst);
+  uint64_t stream =
+      (static_cast<uint64_t>(round) << 40) ^ (static_cast<uint64_t>(src) << 20) ^ static_cast<uint64_t>(dst);
   return static_cast<unsigned char>(splitmix64(splitmix64(seed ^ stream) + r * 1000003ull + c) >> 56);
 }
 
@@ -583,9 +583,9 @@ TEST_F(HostDeviceTest, ScatterIntoPeerBuffersAcrossProcesses) {
   // Shape and seed agreed by all ranks, fresh each run.
   uint64_t params[5] = {fresh_seed(), 0, 0, 0, 0};
   std::mt19937_64 rng(params[0]);
-  params[1] = 1 + rng() % 300;            // width in bytes
-  params[2] = 1 + rng() % 40;             // rows
-  params[3] = params[1] + rng() % 100;    // destination pitch
+  params[1] = 1 + rng() % 300;              // width in bytes
+  params[2] = 1 + rng() % 40;               // rows
+  params[3] = params[1] + rng() % 100;      // destination pitch
   params[4] = params[1] + 1 + rng() % 100;  // source pitch (strided source)
   MPI_Bcast(params, 5, MPI_UINT64_T, 0, MPI_COMM_WORLD);
   const uint64_t seed = params[0];

@@ -729,6 +729,27 @@ TEST(HostKernels, ConcurrentStreamsGiveIdenticalResults) {
   }
 }
 
+// The kernels on a stream of the real host device (comm/host_device.*): host_stream()
+// accepts it and the results equal those of the test streams bit for bit.
+TEST(HostKernels, RunOnHostDeviceStream) {
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  auto k = make_host_kernels();
+  auto dev = make_host_device(0);
+  auto ds = dev->create_stream(StreamPriority::kNormal);
+  ImmediateStream is;
+  const int64_t M = 21, N = 19, K = 33;
+  Tensor in(DType::kFP16, static_cast<size_t>(M * K)), w(DType::kFP16, static_cast<size_t>(K * N));
+  in.fill_random(rng, -1.0f, 1.0f);
+  w.fill_random(rng, -1.0f, 1.0f);
+  Tensor want(DType::kFP16, static_cast<size_t>(M * N)), got(DType::kFP16, static_cast<size_t>(M * N));
+  got.poison();
+  k->gemm(is, in.data(), K, w.data(), want.data(), N, M, N, K, DType::kFP16, DType::kFP16);
+  k->gemm(*ds, in.data(), K, w.data(), got.data(), N, M, N, K, DType::kFP16, DType::kFP16);
+  ds->synchronize();
+  EXPECT_EQ(got.bytes, want.bytes);
+}
+
 // --- argument checks ----------------------------------------------------------------------
 
 TEST(HostKernels, RejectsInvalidArguments) {

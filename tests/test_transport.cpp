@@ -209,7 +209,9 @@ TEST_P(TransportTest, SixtyFourSkewedGroupsReuseCachedTargets) {
     ASSERT_EQ(read_back(*f.dev, eq->data(), n), expected_scatter(seed, 0, s, me, P)) << "group " << it;
     ASSERT_EQ(read_back(*f.dev, ek->data(), n), expected_scatter(seed, 1, s, me, P)) << "group " << it;
     if (it == 0) first_q = eq->data();
-    if (GetParam() == "ipc") ASSERT_EQ(eq->data(), first_q) << "the cached target must be reused";
+    if (GetParam() == "ipc") {
+      ASSERT_EQ(eq->data(), first_q) << "the cached target must be reused";
+    }
     tr->release(*f.compute);
   }
   TransportStats st = tr->stats();

@@ -1,2 +1,29 @@
 # The list of tests (kept apart from the helper function in CMakeLists.txt).
 ulysses_add_test(test_dtype SOURCES test_dtype.cpp LABELS unit)
+ulysses_add_test(test_kernels SOURCES test_kernels.cpp LIBS ulysses_kernels LABELS unit)
+ulysses_add_test(test_host_device SOURCES test_host_device.cpp LIBS ulysses_device LABELS unit)
+ulysses_add_test(test_host_device_mpi SOURCES test_host_device.cpp LIBS ulysses_device LABELS unit NP 2 4)
+ulysses_add_test(test_transport SOURCES test_transport.cpp LIBS ulysses_comm LABELS protocol NP 1 2 4)
+ulysses_add_test(test_deck SOURCES test_deck.cpp LIBS ulysses_lib ${HDF5_C_LIBRARIES} LABELS unit)
+target_include_directories(test_deck PRIVATE ${HDF5_INCLUDE_DIRS})
+ulysses_add_test(test_report SOURCES test_report.cpp LIBS ulysses_lib ${HDF5_C_LIBRARIES} LABELS unit)
+target_include_directories(test_report PRIVATE ${HDF5_INCLUDE_DIRS})
+
+# GPU tests (ULYSSES_HAVE_CUDA): skipped with "no usable CUDA device: ..." where there
+# is no GPU; the `gpu` label lets CI leave them out. bench_kernels prints the kernel
+# figures of the GPU check (scripts/gpu_check.sh).
+if(ULYSSES_HAVE_CUDA)
+  ulysses_add_test(test_cuda_kernels SOURCES test_cuda_kernels.cpp LIBS ulysses_cuda LABELS gpu)
+  ulysses_add_test(test_cuda_device SOURCES test_cuda_device.cpp LIBS ulysses_cuda LABELS gpu NP 1 2 4)
+  add_executable(bench_kernels ${PROJECT_SOURCE_DIR}/benchmarks/bench_kernels.cpp)
+  target_link_libraries(bench_kernels PRIVATE ulysses_cuda ulysses_flags)
+endif()
+
+# End to end: the real program under mpirun on shipped and generated decks, read back
+# with plain h5py (tests/e2e, pytest), and the shipped decks against their presets.
+find_package(Python3 REQUIRED COMPONENTS Interpreter)
+add_test(NAME e2e COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_SOURCE_DIR}/e2e)
+set_tests_properties(e2e PROPERTIES LABELS "e2e;mpi" TIMEOUT 1200
+                     ENVIRONMENT "${ULYSSES_TEST_ENV};ULYSSES_IPC=$<TARGET_FILE:ulysses-ipc>")
+add_test(NAME shipped_decks COMMAND ${PROJECT_SOURCE_DIR}/inputs/make_decks.sh --check)
+set_tests_properties(shipped_decks PROPERTIES LABELS "unit" ENVIRONMENT "ULYSSES_IPC=$<TARGET_FILE:ulysses-ipc>")

@@ -1,0 +1,543 @@
+// The CUDA device layer: memory, IPC export/open, prioritized streams, timing events,
+// pitched copies and the 64-bit stream memory operations of the epoch handshake, with
+// host waits bounded by the watchdog. The driver library is never linked: its entry
+// points come through cudaGetDriverEntryPointByVersion, so the binary also starts on a
+// machine without a driver (and then reports no usable device).
+#include "comm/cuda_device.hpp"
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "base/error.hpp"
+#include "comm/cuda_check.hpp"
+
+namespace uipc {
+namespace {
+
+// ---------------------------------------------------------------- driver entry points
+
+using PfnStreamValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+using PfnGetErrorText = CUresult (*)(CUresult, const char**);
+using PfnDeviceGetAttribute = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+using PfnDeviceGet = CUresult (*)(CUdevice*, int);
+
+struct DriverApi {
+  PfnStreamValue64 write_value64 = nullptr;
+  PfnStreamValue64 wait_value64 = nullptr;
+  PfnGetErrorText get_error_string = nullptr;
+  PfnGetErrorText get_error_name = nullptr;
+  PfnDeviceGetAttribute device_get_attribute = nullptr;
+  PfnDeviceGet device_get = nullptr;
+  std::string missing;  // names of entry points not found (empty: all there)
+};
+
+// The ABI version we ask for: the CUDA 12.0 signatures (the v2 memops), which the
+// 13.0 headers above describe and every driver since 12.0 offers.
+constexpr unsigned kDriverAbiVersion = 12000;
+
+template <typename Fn>
+void load_entry(const char* symbol, Fn& fn, std::string& missing) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+  cudaError_t e = cudaGetDriverEntryPointByVersion(symbol, &p, kDriverAbiVersion, cudaEnableDefault, &status);
+  if (e != cudaSuccess || status != cudaDriverEntryPointSuccess || p == nullptr) {
+    if (e != cudaSuccess) cudaGetLastError();  // do not leave a sticky-looking error behind
+    missing += (missing.empty() ? "" : ", ") + std::string(symbol);
+    return;
+  }
+  fn = reinterpret_cast<Fn>(p);
+}
+
+const DriverApi& driver_api() {
+  static DriverApi api;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    load_entry("cuStreamWriteValue64", api.write_value64, api.missing);
+    load_entry("cuStreamWaitValue64", api.wait_value64, api.missing);
+    load_entry("cuGetErrorString", api.get_error_string, api.missing);
+    load_entry("cuGetErrorName", api.get_error_name, api.missing);
+    load_entry("cuDeviceGetAttribute", api.device_get_attribute, api.missing);
+    load_entry("cuDeviceGet", api.device_get, api.missing);
+  });
+  return api;
+}
+
+// ---------------------------------------------------------------- bounded host waits
+
+// Polls done() until it returns true or `seconds` pass; false on timeout. Spins briefly
+// (a short kernel finishes within microseconds), then sleeps with a growing interval
+// so that several ranks sharing few cores do not burn them while waiting.
+template <typename Done>
+bool poll_until(Done done, double seconds) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  auto nap = std::chrono::microseconds(10);
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    if (Clock::now() >= deadline) return false;
+    if (i < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(nap);
+      if (nap < std::chrono::microseconds(1000)) nap *= 2;
+    }
+  }
+}
+
+// True when cudaStreamQuery/cudaEventQuery says complete, false when not ready; any
+// other result is an error of work on that stream, thrown.
+bool query_done(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return true;
+  if (e == cudaErrorNotReady) return false;
+  cudaGetLastError();
+  throw_library_error("CUDA", std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")", what,
+                      __FILE__, __LINE__);
+}
+
+std::string seconds_text(double s) {
+  std::ostringstream os;
+  os << s << "s";
+  return os.str();
+}
+
+// ---------------------------------------------------------------- wait bookkeeping
+
+// Every wait_value64_geq enqueued on a stream and not yet known to be passed: what the
+// watchdog names when the stream does not drain. Each entry carries an event recorded
+// right after the wait, so passed entries are dropped cheaply.
+struct PendingWait {
+  const uint64_t* addr = nullptr;
+  uint64_t value = 0;
+  WaitLabel label;
+  cudaEvent_t passed = nullptr;
+};
+
+struct WaitLog {
+  std::mutex m;
+  std::deque<PendingWait> waits;
+
+  // Drops the leading entries whose wait has passed (the stream is in order).
+  void prune_locked() {
+    while (!waits.empty() && cudaEventQuery(waits.front().passed) == cudaSuccess) {
+      cudaEventDestroy(waits.front().passed);
+      waits.pop_front();
+    }
+    cudaGetLastError();
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(m);
+    for (auto& w : waits) cudaEventDestroy(w.passed);
+    waits.clear();
+  }
+  ~WaitLog() { clear(); }
+};
+
+class CudaDevice;
+
+std::string describe_timeout(CudaDevice& dev, WaitLog* log, double seconds, const char* what);
+
+// ---------------------------------------------------------------- streams and events
+
+class CudaStream : public Stream {
+ public:
+  CudaStream(CudaDevice* dev, cudaStream_t s) : dev_(dev), stream_(s), log_(std::make_shared<WaitLog>()) {}
+  ~CudaStream() override {
+    log_->clear();
+    cudaStreamDestroy(stream_);
+  }
+  void synchronize() override;
+  void* native() override { return stream_; }
+  cudaStream_t get() const { return stream_; }
+  const std::shared_ptr<WaitLog>& log() const { return log_; }
+
+ private:
+  CudaDevice* dev_;
+  cudaStream_t stream_;
+  std::shared_ptr<WaitLog> log_;
+};
+
+CudaStream& cuda_stream(Stream& s) {
+  auto* cs = dynamic_cast<CudaStream*>(&s);
+  UIPC_CHECK(cs != nullptr, "a stream of another device was passed to the CUDA device");
+  return *cs;
+}
+
+class CudaEvent : public Event {
+ public:
+  CudaEvent(CudaDevice* dev, cudaEvent_t e) : dev_(dev), event_(e) {}
+  ~CudaEvent() override { cudaEventDestroy(event_); }
+  void record(Stream& s) override {
+    auto& cs = cuda_stream(s);
+    UIPC_CUDA_CHECK(cudaEventRecord(event_, cs.get()));
+    recorded_on_ = cs.log();
+  }
+  bool query() override { return query_done(cudaEventQuery(event_), "cudaEventQuery(event)"); }
+  void synchronize() override;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  CudaDevice* dev_;
+  cudaEvent_t event_;
+  std::weak_ptr<WaitLog> recorded_on_;  // the waits of the stream it was last recorded on
+};
+
+// ---------------------------------------------------------------- IPC bookkeeping
+
+using IpcKey = std::array<unsigned char, sizeof(cudaIpcMemHandle_t)>;
+
+// Process-wide: a handle exported by this very process must not be opened with
+// cudaIpcOpenMemHandle (it fails); and a handle opened twice shares one mapping.
+struct IpcRegistry {
+  std::mutex m;
+  std::map<IpcKey, void*> exported;  // handles this process exported -> local pointer
+  struct Opened {
+    void* ptr = nullptr;
+    int refs = 0;
+  };
+  std::map<IpcKey, Opened> opened;
+};
+
+IpcRegistry& ipc_registry() {
+  static IpcRegistry r;
+  return r;
+}
+
+// impl of a PeerMapping onto this process's own buffer: nothing to close.
+char g_self_mapping_tag = 0;
+
+IpcKey key_of(const IpcHandle& h) {
+  IpcKey k{};
+  std::memcpy(k.data(), h.bytes.data(), k.size());
+  return k;
+}
+
+// ---------------------------------------------------------------- the device
+
+class CudaDevice : public Device {
+ public:
+  explicit CudaDevice(int ordinal) : ordinal_(ordinal) {
+    int count = 0;
+    UIPC_CUDA_CHECK(cudaGetDeviceCount(&count));
+    UIPC_CHECK(ordinal >= 0 && ordinal < count,
+               "CUDA device " + std::to_string(ordinal) + " does not exist (" + std::to_string(count) + " visible)");
+    UIPC_CUDA_CHECK(cudaSetDevice(ordinal_));
+    UIPC_CUDA_CHECK(cudaFree(nullptr));  // create the primary context now, not inside a timed region
+    cudaDeviceProp prop{};
+    UIPC_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
+    name_ = std::string(prop.name) + " (" + std::to_string(ordinal_) + ")";
+    UIPC_CUDA_CHECK(cudaStreamCreateWithFlags(&probe_, cudaStreamNonBlocking));
+    ipc_reason_ = compute_ipc_reason();
+  }
+  ~CudaDevice() override { cudaStreamDestroy(probe_); }
+
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  std::string name() const override { return name_; }
+  int ordinal() const override { return ordinal_; }
+  const std::string& ipc_reason() const { return ipc_reason_; }
+  std::string ipc_ineligible_reason() override { return ipc_reason_; }
+  std::string peer_ineligible_reason(int peer_ordinal) override {
+    if (cuda_can_access_peer(ordinal_, peer_ordinal)) return {};
+    return "GPU " + std::to_string(ordinal_) + " cannot access the memory of GPU " + std::to_string(peer_ordinal) +
+           " (no peer access)";
+  }
+
+  DeviceBuffer alloc(size_t bytes, bool exportable) override {
+    (void)exportable;  // cudaMalloc memory is exportable with cudaIpcGetMemHandle as it is
+    UIPC_CUDA_CHECK(cudaSetDevice(ordinal_));
+    void* p = nullptr;
+    UIPC_CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
+    return DeviceBuffer(this, p, bytes, nullptr);
+  }
+
+  IpcHandle export_handle(const DeviceBuffer& buf) override {
+    UIPC_CHECK(buf.get() != nullptr, "export of an empty buffer");
+    cudaIpcMemHandle_t h;
+    UIPC_CUDA_CHECK(cudaIpcGetMemHandle(&h, buf.get()));
+    IpcHandle out;
+    static_assert(sizeof(h) <= sizeof(out.bytes), "cudaIpcMemHandle_t does not fit IpcHandle");
+    std::memcpy(out.bytes.data(), &h, sizeof(h));
+    auto& reg = ipc_registry();
+    std::lock_guard<std::mutex> lock(reg.m);
+    reg.exported[key_of(out)] = buf.get();
+    return out;
+  }
+
+  PeerMapping open_handle(const IpcHandle& h, size_t bytes) override {
+    const IpcKey key = key_of(h);
+    UIPC_CHECK(key != IpcKey{}, "open of an empty IPC handle");
+    auto& reg = ipc_registry();
+    std::lock_guard<std::mutex> lock(reg.m);
+    auto self = reg.exported.find(key);
+    if (self != reg.exported.end()) return PeerMapping(this, self->second, bytes, &g_self_mapping_tag);
+    auto& entry = reg.opened[key];
+    if (entry.refs == 0) {
+      UIPC_CUDA_CHECK(cudaSetDevice(ordinal_));
+      cudaIpcMemHandle_t ch;
+      std::memcpy(&ch, key.data(), sizeof(ch));
+      void* p = nullptr;
+      cudaError_t e = cudaIpcOpenMemHandle(&p, ch, cudaIpcMemLazyEnablePeerAccess);
+      if (e != cudaSuccess) reg.opened.erase(key);
+      UIPC_CUDA_CHECK(e);
+      entry.ptr = p;
+    }
+    ++entry.refs;
+    return PeerMapping(this, entry.ptr, bytes, nullptr);
+  }
+
+  void copy_to_device(void* dst, const void* src, size_t bytes) override {
+    UIPC_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    UIPC_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+  }
+  size_t free_memory() const override {
+    size_t free_b = 0, total_b = 0;
+    UIPC_CUDA_CHECK(cudaSetDevice(ordinal_));
+    UIPC_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return free_b;
+  }
+
+  std::unique_ptr<Stream> create_stream(StreamPriority p) override {
+    UIPC_CUDA_CHECK(cudaSetDevice(ordinal_));
+    int least = 0, greatest = 0;
+    UIPC_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    cudaStream_t s = nullptr;
+    UIPC_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, p == StreamPriority::kHigh ? greatest : least));
+    return std::make_unique<CudaStream>(this, s);
+  }
+  std::unique_ptr<Event> create_event() override {
+    UIPC_CUDA_CHECK(cudaSetDevice(ordinal_));
+    cudaEvent_t e = nullptr;
+    UIPC_CUDA_CHECK(cudaEventCreate(&e));
+    return std::make_unique<CudaEvent>(this, e);
+  }
+  void stream_wait_event(Stream& s, Event& e) override {
+    auto* ce = dynamic_cast<CudaEvent*>(&e);
+    UIPC_CHECK(ce != nullptr, "an event of another device was passed to the CUDA device");
+    UIPC_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(s).get(), ce->get(), 0));
+  }
+  double elapsed_ms(Event& start, Event& end) override {
+    auto* a = dynamic_cast<CudaEvent*>(&start);
+    auto* b = dynamic_cast<CudaEvent*>(&end);
+    UIPC_CHECK(a && b, "events of another device were passed to the CUDA device");
+    float ms = 0.0f;
+    UIPC_CUDA_CHECK(cudaEventElapsedTime(&ms, a->get(), b->get()));
+    return ms;
+  }
+
+  void copy_2d(Stream& s, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width_bytes,
+               size_t height) override {
+    if (width_bytes == 0 || height == 0) return;
+    UIPC_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width_bytes, height, cudaMemcpyDefault,
+                                      cuda_stream(s).get()));
+  }
+  void memset(Stream& s, void* dst, int byte, size_t bytes) override {
+    UIPC_CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, cuda_stream(s).get()));
+  }
+
+  void write_value64(Stream& s, uint64_t* addr, uint64_t v) override {
+    const auto& api = require_memops();
+    // Flags 0: ordered after the stream's preceding work, with a memory barrier, so a
+    // peer that sees the value also sees the copies before it.
+    UIPC_CU_CHECK(api.write_value64(static_cast<CUstream>(cuda_stream(s).get()), reinterpret_cast<CUdeviceptr>(addr),
+                                    v, 0));
+  }
+  void wait_value64_geq(Stream& s, const uint64_t* addr, uint64_t v, const WaitLabel& label) override {
+    const auto& api = require_memops();
+    auto& cs = cuda_stream(s);
+    UIPC_CU_CHECK(api.wait_value64(static_cast<CUstream>(cs.get()), reinterpret_cast<CUdeviceptr>(addr), v,
+                                   CU_STREAM_WAIT_VALUE_GEQ));
+    cudaEvent_t passed = nullptr;
+    UIPC_CUDA_CHECK(cudaEventCreateWithFlags(&passed, cudaEventDisableTiming));
+    UIPC_CUDA_CHECK(cudaEventRecord(passed, cs.get()));
+    auto& log = *cs.log();
+    std::lock_guard<std::mutex> lock(log.m);
+    log.prune_locked();
+    log.waits.push_back(PendingWait{addr, v, label, passed});
+  }
+
+  void free_buffer(void* ptr, size_t bytes, void* impl) override {
+    (void)bytes;
+    (void)impl;
+    {
+      auto& reg = ipc_registry();
+      std::lock_guard<std::mutex> lock(reg.m);
+      for (auto it = reg.exported.begin(); it != reg.exported.end();) {
+        it = it->second == ptr ? reg.exported.erase(it) : std::next(it);
+      }
+    }
+    cudaError_t e = cudaFree(ptr);
+    if (e != cudaSuccess) {  // called from destructors: report, do not throw
+      std::fprintf(stderr, "ulysses-ipc: cudaFree failed: %s (%s)\n", cudaGetErrorString(e),
+                   error_where(__FILE__, __LINE__).c_str());
+    }
+  }
+  void close_mapping(void* ptr, size_t bytes, void* impl) override {
+    (void)bytes;
+    if (impl == &g_self_mapping_tag) return;  // our own buffer: freed by its DeviceBuffer
+    auto& reg = ipc_registry();
+    std::lock_guard<std::mutex> lock(reg.m);
+    for (auto it = reg.opened.begin(); it != reg.opened.end(); ++it) {
+      if (it->second.ptr != ptr) continue;
+      if (--it->second.refs == 0) {
+        cudaError_t e = cudaIpcCloseMemHandle(ptr);
+        if (e != cudaSuccess) {
+          std::fprintf(stderr, "ulysses-ipc: cudaIpcCloseMemHandle failed: %s (%s)\n", cudaGetErrorString(e),
+                       error_where(__FILE__, __LINE__).c_str());
+        }
+        reg.opened.erase(it);
+      }
+      return;
+    }
+  }
+
+  // Reads the 64-bit word at addr (device memory, local or mapped) without joining the
+  // stuck streams: a separate non-blocking stream.
+  bool read_word(const uint64_t* addr, uint64_t* out) {
+    if (cudaMemcpyAsync(out, addr, sizeof(uint64_t), cudaMemcpyDeviceToHost, probe_) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    if (cudaStreamSynchronize(probe_) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return true;
+  }
+
+ private:
+  const DriverApi& require_memops() {
+    UIPC_CHECK(ipc_reason_.empty(), "stream memory operations are not available on " + name_ + ": " + ipc_reason_);
+    return driver_api();
+  }
+
+  std::string compute_ipc_reason() const {
+    const auto& api = driver_api();
+    if (!api.missing.empty()) return "CUDA driver entry points not found: " + api.missing;
+    CUdevice cu_dev = 0;
+    if (api.device_get(&cu_dev, ordinal_) != CUDA_SUCCESS) return "cuDeviceGet failed";
+    int v = 0;
+    // The 64-bit attribute, not the deprecated V1 one (which reads 0 on the H200 driver
+    // although the v2 memops work there).
+    if (api.device_get_attribute(&v, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, cu_dev) != CUDA_SUCCESS)
+      return "cuDeviceGetAttribute(CAN_USE_64_BIT_STREAM_MEM_OPS) failed";
+    if (v != 1) return "the driver does not offer 64-bit stream memory operations on " + name_;
+    return {};
+  }
+
+  int ordinal_;
+  std::string name_;
+  std::string ipc_reason_;
+  cudaStream_t probe_ = nullptr;
+};
+
+std::string describe_timeout(CudaDevice& dev, WaitLog* log, double seconds, const char* what) {
+  const int rank = error_rank();
+  std::ostringstream os;
+  int stuck = 0;
+  if (log) {
+    std::lock_guard<std::mutex> lock(log->m);
+    for (const auto& w : log->waits) {
+      if (cudaEventQuery(w.passed) == cudaSuccess) continue;
+      uint64_t word = 0;
+      const bool read = dev.read_word(w.addr, &word);
+      if (read && word >= w.value) continue;
+      os << (stuck ? "; " : "") << "rank " << rank << ": peer " << w.label.peer << " did not arrive within "
+         << seconds_text(seconds) << ": " << w.label.what << " (word holds "
+         << (read ? std::to_string(word) : std::string("<unreadable>")) << ", needs >= " << w.value << ")";
+      ++stuck;
+    }
+    cudaGetLastError();
+  }
+  if (stuck == 0) {
+    os << "rank " << rank << ": " << what << " did not complete within " << seconds_text(seconds)
+       << " (no epoch wait on it is unsatisfied: a kernel or copy is still running)";
+  }
+  return os.str();
+}
+
+void CudaStream::synchronize() {
+  const double limit = dev_->watchdog_seconds();
+  if (!poll_until([&] { return query_done(cudaStreamQuery(stream_), "cudaStreamQuery(stream)"); }, limit)) {
+    throw PeerTimeout(describe_timeout(*dev_, log_.get(), limit, "stream") + " (" + error_where(__FILE__, __LINE__) + ")");
+  }
+  log_->clear();
+}
+
+void CudaEvent::synchronize() {
+  const double limit = dev_->watchdog_seconds();
+  if (!poll_until([&] { return query_done(cudaEventQuery(event_), "cudaEventQuery(event)"); }, limit)) {
+    auto log = recorded_on_.lock();
+    throw PeerTimeout(describe_timeout(*dev_, log.get(), limit, "event") + " (" + error_where(__FILE__, __LINE__) + ")");
+  }
+}
+
+}  // namespace
+
+std::string cu_error_string(int result) {
+  const auto& api = driver_api();
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (api.get_error_name) api.get_error_name(static_cast<CUresult>(result), &name);
+  if (api.get_error_string) api.get_error_string(static_cast<CUresult>(result), &text);
+  std::string out = name ? name : ("CUresult " + std::to_string(result));
+  if (text) out += std::string(" (") + text + ")";
+  return out;
+}
+
+std::unique_ptr<Device> make_cuda_device(int ordinal) { return std::make_unique<CudaDevice>(ordinal); }
+
+int cuda_usable_device_count(std::string* reason) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (reason) *reason = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+    return 0;
+  }
+  if (n <= 0) {
+    if (reason) *reason = "the CUDA driver sees no device";
+    return 0;
+  }
+  return n;
+}
+
+std::string cuda_ipc_ineligible_reason(Device& dev) {
+  if (dev.kind() != DeviceKind::kCuda) return "not a CUDA device (" + dev.name() + ")";
+  auto* cd = dynamic_cast<CudaDevice*>(&dev);
+  if (cd == nullptr) return "not a device of comm/cuda_device (" + dev.name() + ")";
+  return cd->ipc_reason();
+}
+
+bool cuda_can_access_peer(int dev_a, int dev_b) {
+  if (dev_a == dev_b) return true;
+  int can = 0;
+  if (cudaDeviceCanAccessPeer(&can, dev_a, dev_b) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return can != 0;
+}
+
+std::string cuda_version_string() {
+  int rt = 0, drv = 0;
+  std::string s;
+  if (cudaRuntimeGetVersion(&rt) == cudaSuccess)
+    s = "runtime " + std::to_string(rt / 1000) + "." + std::to_string(rt % 1000 / 10);
+  if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0)
+    s += ", driver " + std::to_string(drv / 1000) + "." + std::to_string(drv % 1000 / 10);
+  return s;
+}
+
+}  // namespace uipc

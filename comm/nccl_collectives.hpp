@@ -1,0 +1,21 @@
+// The NCCL implementation of the stream-ordered collectives (comm/collectives.hpp):
+// the `nccl` transport's data path, the output gather and the TP all-reduce on GPUs.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "comm/collectives.hpp"
+
+namespace uipc {
+
+// Collective over `comm` (every rank calls it; the current CUDA device of each rank is
+// the one used). NCCL needs one GPU per rank: two ranks of `comm` on one GPU give a
+// RuntimeError saying so, on every rank, before NCCL is asked.
+std::unique_ptr<Collectives> make_nccl_collectives(MPI_Comm comm);
+
+// "2.28.3": the NCCL library loaded at run time, for provenance.
+std::string nccl_version_string();
+
+}  // namespace uipc

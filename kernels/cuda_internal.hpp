@@ -1,0 +1,59 @@
+// Internal to the CUDA kernels: the launchers of kernels/cuda_kernels.cu and the
+// library-backed pieces (cuBLASLt GEMM, cuDNN SDPA), kept apart so that the heavy
+// library headers are compiled by the host compiler, not by nvcc.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/dtype.hpp"
+#include "kernels/kernels.hpp"
+
+namespace uipc {
+
+// kernels/cuda_kernels.cu
+void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p);
+void launch_attention_reference(cudaStream_t s, const void* q, const void* k, const void* v, void* o, int64_t batch,
+                                int64_t seq, int heads, int head_dim, DType dtype, float scale);
+void launch_convert_from_f32(cudaStream_t s, const float* in, void* out, int64_t n, DType dtype);
+// out row r = round(in row r) for `rows` rows of `cols` values, rows ld_in / ld_out apart.
+void launch_convert_from_f32_2d(cudaStream_t s, const float* in, int64_t ld_in, void* out, int64_t ld_out, int64_t rows,
+                                int64_t cols, DType dtype);
+
+// kernels/cuda_gemm.cpp: out (row-major M x N, ldo) = in (M x K, lda) * w (K x N), fp32
+// accumulation, through cuBLASLt.
+class CublasLtGemm {
+ public:
+  CublasLtGemm();
+  ~CublasLtGemm();
+  CublasLtGemm(const CublasLtGemm&) = delete;
+  CublasLtGemm& operator=(const CublasLtGemm&) = delete;
+  void run(cudaStream_t s, const void* in, int64_t lda, const void* w, void* out, int64_t ldo, int64_t M, int64_t N,
+           int64_t K, DType dtype, DType out_dtype);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// kernels/cuda_sdpa.cpp: attention through cuDNN's fused SDPA (bf16/fp16 only).
+class CudnnSdpa {
+ public:
+  CudnnSdpa();
+  ~CudnnSdpa();
+  CudnnSdpa(const CudnnSdpa&) = delete;
+  CudnnSdpa& operator=(const CudnnSdpa&) = delete;
+  // Enqueues the attention and returns "" , or returns why cuDNN cannot serve it (then
+  // nothing was enqueued).
+  std::string run(cudaStream_t s, const void* q, const void* k, const void* v, void* o, int64_t batch, int64_t seq,
+                  int heads, int head_dim, DType dtype, float scale);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace uipc

@@ -1,0 +1,420 @@
+// CUDA kernels of the layer: fused Q/K norm + RoPE on strided rows, the reference
+// attention (fp32 accumulation, online softmax) and fp32 -> dtype conversion. Math as
+// docs/math.md states it: fp32 arithmetic, accurate powf/sincosf/expf (no fast math),
+// one rounding to the dtype at the end.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "comm/cuda_check.hpp"
+#include "kernels/cuda_internal.hpp"
+
+namespace uipc {
+namespace {
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// ------------------------------------------------------------------ norm + RoPE
+
+constexpr int kNormThreads = 128;
+constexpr int kMaxPairsPerLane = 8;  // head_dim <= 2 * 32 * 8 = 512
+
+template <typename T>
+struct alignas(2 * sizeof(T)) Pair {
+  T a, b;
+};
+
+// One block per token row. The RoPE cos/sin of the row's position are computed once
+// into shared memory (they are the same for every head); each warp then takes whole
+// heads, keeps a head in registers, normalizes it and rotates it, and stores it once.
+// kPaired: two neighbouring elements are loaded and stored as one (row, pitch and
+// head_dim allow it), which halves the memory instructions.
+template <typename T, bool kPaired, int kPPL>
+__global__ void __launch_bounds__(kNormThreads) norm_rope_kernel(T* __restrict__ data, int64_t row_pitch,
+                                                                  int64_t tokens_per_batch, int64_t pos_offset,
+                                                                  int heads, int D, int norm, int rope, float eps,
+                                                                  float theta, const float* __restrict__ gamma,
+                                                                  const float* __restrict__ beta) {
+  extern __shared__ float shared[];
+  const int half = D / 2;
+  float* cos_t = shared;
+  float* sin_t = shared + half;
+  float* red = shared + 2 * half;  // 32 floats for the block reduction
+  const int64_t row = blockIdx.x;
+  T* x = data + row * row_pitch;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+
+  if (rope) {
+    const float pos = static_cast<float>(pos_offset + row % tokens_per_batch);
+    for (int i = tid; i < half; i += blockDim.x) {
+      const float th = powf(theta, -(2.0f * static_cast<float>(i)) / static_cast<float>(D));
+      sincosf(pos * th, &sin_t[i], &cos_t[i]);
+    }
+  }
+  float across_denom = 1.0f;
+  if (norm == static_cast<int>(NormKind::kRmsAcrossHeads)) {
+    const int n = heads * D;
+    float ss = 0.0f;
+    for (int e = tid; e < n; e += blockDim.x) {
+      const float v = to_float(x[e]);
+      ss += v * v;
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) red[warp] = ss;
+    __syncthreads();
+    float total = 0.0f;
+    for (int w = 0; w < nwarps; ++w) total += red[w];
+    across_denom = sqrtf(total / static_cast<float>(n) + eps);
+  }
+  __syncthreads();
+
+  const int pairs = (D + 1) / 2;
+  // A warp takes kHU heads at a time and loads them all before using any: more bytes in
+  // flight per warp (a memory-bound kernel is limited by them), same registers.
+  constexpr int kHU = kMaxPairsPerLane / kPPL;
+  for (int hb = warp * kHU; hb < heads; hb += nwarps * kHU) {
+    float v0s[kHU][kPPL], v1s[kHU][kPPL];
+#pragma unroll
+    for (int hh = 0; hh < kHU; ++hh) {
+      const T* xl = x + static_cast<int64_t>(hb + hh) * D;
+#pragma unroll
+      for (int j = 0; j < kPPL; ++j) {
+        const int k = lane + 32 * j;
+        v0s[hh][j] = 0.0f;
+        v1s[hh][j] = 0.0f;
+        if (hb + hh < heads && k < pairs) {
+          if (kPaired) {
+            const Pair<T> pr = reinterpret_cast<const Pair<T>*>(xl)[k];
+            v0s[hh][j] = to_float(pr.a);
+            v1s[hh][j] = to_float(pr.b);
+          } else {
+            v0s[hh][j] = to_float(xl[2 * k]);
+            if (2 * k + 1 < D) v1s[hh][j] = to_float(xl[2 * k + 1]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int hh = 0; hh < kHU; ++hh) {
+      const int h = hb + hh;
+      if (h >= heads) break;  // uniform across the warp
+      T* xh = x + static_cast<int64_t>(h) * D;
+      float(&v0)[kPPL] = v0s[hh];
+      float(&v1)[kPPL] = v1s[hh];
+      if (norm == static_cast<int>(NormKind::kRmsPerHead)) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kPPL; ++j) ss += v0[j] * v0[j] + v1[j] * v1[j];
+        const float denom = sqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
+#pragma unroll
+        for (int j = 0; j < kPPL; ++j) {
+          const int k = lane + 32 * j;
+          if (k < pairs) {
+            v0[j] = v0[j] / denom * gamma[2 * k];
+            if (2 * k + 1 < D) v1[j] = v1[j] / denom * gamma[2 * k + 1];
+          }
+        }
+      } else if (norm == static_cast<int>(NormKind::kLayerPerHead)) {
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kPPL; ++j) s += v0[j] + v1[j];
+        const float mu = warp_sum(s) / static_cast<float>(D);
+        float sq = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kPPL; ++j) {
+          const int k = lane + 32 * j;
+          if (k < pairs) {
+            sq += (v0[j] - mu) * (v0[j] - mu);
+            if (2 * k + 1 < D) sq += (v1[j] - mu) * (v1[j] - mu);
+          }
+        }
+        const float denom = sqrtf(warp_sum(sq) / static_cast<float>(D) + eps);
+#pragma unroll
+        for (int j = 0; j < kPPL; ++j) {
+          const int k = lane + 32 * j;
+          if (k < pairs) {
+            v0[j] = (v0[j] - mu) / denom * gamma[2 * k] + beta[2 * k];
+            if (2 * k + 1 < D) v1[j] = (v1[j] - mu) / denom * gamma[2 * k + 1] + beta[2 * k + 1];
+          }
+        }
+      } else if (norm == static_cast<int>(NormKind::kRmsAcrossHeads)) {
+        const float* g = gamma + static_cast<int64_t>(h) * D;
+#pragma unroll
+        for (int j = 0; j < kPPL; ++j) {
+          const int k = lane + 32 * j;
+          if (k < pairs) {
+            v0[j] = v0[j] / across_denom * g[2 * k];
+            if (2 * k + 1 < D) v1[j] = v1[j] / across_denom * g[2 * k + 1];
+          }
+        }
+      }
+      if (rope) {
+#pragma unroll
+        for (int j = 0; j < kPPL; ++j) {
+          const int k = lane + 32 * j;
+          if (k < half) {
+            const float c = cos_t[k], s = sin_t[k];
+            const float a = v0[j], b = v1[j];
+            v0[j] = a * c - b * s;
+            v1[j] = a * s + b * c;
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kPPL; ++j) {
+        const int k = lane + 32 * j;
+        if (k < pairs) {
+          if (kPaired) {
+            Pair<T> pr;
+            pr.a = from_float<T>(v0[j]);
+            pr.b = from_float<T>(v1[j]);
+            reinterpret_cast<Pair<T>*>(xh)[k] = pr;
+          } else {
+            xh[2 * k] = from_float<T>(v0[j]);
+            if (2 * k + 1 < D) xh[2 * k + 1] = from_float<T>(v1[j]);
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename T, bool kPaired, int kPPL>
+void norm_rope_launch(cudaStream_t s, T* data, const QkView& x, const NormRopeParams& p, size_t shmem) {
+  norm_rope_kernel<T, kPaired, kPPL><<<static_cast<unsigned>(x.batch * x.tokens_per_batch), kNormThreads, shmem, s>>>(
+      data, x.row_pitch, x.tokens_per_batch, x.pos_offset, x.heads, x.head_dim, static_cast<int>(p.norm),
+      static_cast<int>(p.rope), p.eps, p.rope_theta, p.gamma, p.beta);
+}
+
+template <typename T>
+void norm_rope_typed(cudaStream_t s, const QkView& x, const NormRopeParams& p) {
+  const int64_t rows = x.batch * x.tokens_per_batch;
+  if (rows == 0 || x.heads == 0) return;
+  const bool paired = x.head_dim % 2 == 0 && x.row_pitch % 2 == 0 &&
+                      reinterpret_cast<uintptr_t>(x.data) % (2 * sizeof(T)) == 0;
+  const size_t shmem = (2 * (x.head_dim / 2) + 32) * sizeof(float);
+  auto* data = static_cast<T*>(x.data);
+  const int D = x.head_dim;
+  if (paired) {
+    if (D <= 64) norm_rope_launch<T, true, 1>(s, data, x, p, shmem);
+    else if (D <= 128) norm_rope_launch<T, true, 2>(s, data, x, p, shmem);
+    else if (D <= 256) norm_rope_launch<T, true, 4>(s, data, x, p, shmem);
+    else norm_rope_launch<T, true, 8>(s, data, x, p, shmem);
+  } else {
+    if (D <= 64) norm_rope_launch<T, false, 1>(s, data, x, p, shmem);
+    else if (D <= 128) norm_rope_launch<T, false, 2>(s, data, x, p, shmem);
+    else if (D <= 256) norm_rope_launch<T, false, 4>(s, data, x, p, shmem);
+    else norm_rope_launch<T, false, 8>(s, data, x, p, shmem);
+  }
+  UIPC_CUDA_CHECK(cudaGetLastError());
+}
+
+// ------------------------------------------------------------------ reference attention
+
+constexpr int kAttnRows = 8;   // query rows (warps) per block
+constexpr int kAttnKeys = 32;  // keys per shared-memory tile: one per lane
+
+// One warp per query row; the block's warps share K/V tiles of 32 keys, converted to
+// fp32 in shared memory (rows padded by one float so that lane j reading key j's
+// column d hits distinct banks). Lane j scores key j; the softmax is online (running
+// max and sum, rescaled per tile); lane l accumulates output columns l, l+32, ...
+template <typename T, int kMaxD>
+__global__ void __launch_bounds__(kAttnRows * 32) attention_ref_kernel(const T* __restrict__ q,
+                                                                        const T* __restrict__ k,
+                                                                        const T* __restrict__ v, T* __restrict__ o,
+                                                                        int64_t S, int H, int D, float scale) {
+  constexpr int kCols = kMaxD / 32;
+  extern __shared__ float shared[];
+  const int pitch = D + 1;
+  float* ks = shared;
+  float* vs = ks + kAttnKeys * pitch;
+  float* qs = vs + kAttnKeys * pitch;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t b = blockIdx.z, h = blockIdx.y;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kAttnRows + warp;
+  const int64_t ld = static_cast<int64_t>(H) * D;
+  const int64_t base = b * S * ld + h * D;  // element (b, 0, h, 0)
+  const bool active = row < S;
+  float* qw = qs + warp * D;
+  for (int d = lane; d < D; d += 32) qw[d] = active ? to_float(q[base + row * ld + d]) : 0.0f;
+
+  float acc[kCols];
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) acc[c] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  for (int64_t kt = 0; kt < S; kt += kAttnKeys) {
+    __syncthreads();
+    for (int idx = tid; idx < kAttnKeys * D; idx += blockDim.x) {
+      const int j = idx / D, d = idx - j * D;
+      const int64_t key = kt + j;
+      const bool in = key < S;
+      ks[j * pitch + d] = in ? to_float(k[base + key * ld + d]) : 0.0f;
+      vs[j * pitch + d] = in ? to_float(v[base + key * ld + d]) : 0.0f;
+    }
+    __syncthreads();
+    if (!active) continue;
+    float dot = 0.0f;
+    for (int d = 0; d < D; ++d) dot += qw[d] * ks[lane * pitch + d];
+    const float sc = (kt + lane < S) ? dot * scale : -INFINITY;
+    const float m_new = fmaxf(m, warp_max(sc));
+    const float p = expf(sc - m_new);
+    const float corr = expf(m - m_new);
+    l = l * corr + warp_sum(p);
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) acc[c] *= corr;
+#pragma unroll 8
+    for (int j = 0; j < kAttnKeys; ++j) {
+      const float pj = __shfl_sync(0xffffffffu, p, j);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const int d = lane + 32 * c;
+        if (d < D) acc[c] += pj * vs[j * pitch + d];
+      }
+    }
+    m = m_new;
+  }
+  if (!active) return;
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) {
+    const int d = lane + 32 * c;
+    if (d < D) o[base + row * ld + d] = from_float<T>(acc[c] / l);
+  }
+}
+
+template <typename T, int kMaxD>
+void attention_launch(cudaStream_t s, const void* q, const void* k, const void* v, void* o, int64_t B, int64_t S,
+                      int H, int D, float scale) {
+  const size_t shmem = (2 * kAttnKeys * (D + 1) + kAttnRows * D) * sizeof(float);
+  static bool attr_set = false;  // per instantiation; raising the limit is idempotent
+  if (!attr_set) {
+    UIPC_CUDA_CHECK(cudaFuncSetAttribute(attention_ref_kernel<T, kMaxD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(2 * kAttnKeys * (kMaxD + 1) + kAttnRows * kMaxD) *
+                                             static_cast<int>(sizeof(float))));
+    attr_set = true;
+  }
+  dim3 grid(static_cast<unsigned>((S + kAttnRows - 1) / kAttnRows), static_cast<unsigned>(H),
+            static_cast<unsigned>(B));
+  attention_ref_kernel<T, kMaxD><<<grid, kAttnRows * 32, shmem, s>>>(
+      static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(o), S, H, D,
+      scale);
+  UIPC_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void attention_typed(cudaStream_t s, const void* q, const void* k, const void* v, void* o, int64_t B, int64_t S,
+                     int H, int D, float scale) {
+  if (D <= 64) {
+    attention_launch<T, 64>(s, q, k, v, o, B, S, H, D, scale);
+  } else if (D <= 128) {
+    attention_launch<T, 128>(s, q, k, v, o, B, S, H, D, scale);
+  } else {
+    attention_launch<T, 256>(s, q, k, v, o, B, S, H, D, scale);
+  }
+}
+
+// ------------------------------------------------------------------ conversion
+
+template <typename T>
+__global__ void convert_kernel(const float* __restrict__ in, T* __restrict__ out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = from_float<T>(in[i]);
+  }
+}
+
+template <typename T>
+__global__ void convert_2d_kernel(const float* __restrict__ in, int64_t ld_in, T* __restrict__ out, int64_t ld_out,
+                                  int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i - r * cols;
+    out[r * ld_out + c] = from_float<T>(in[r * ld_in + c]);
+  }
+}
+
+}  // namespace
+
+void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p) {
+  UIPC_CHECK(x.head_dim > 0 && x.head_dim <= 2 * 32 * kMaxPairsPerLane,
+             "CUDA norm_rope supports head_dim 1.." + std::to_string(2 * 32 * kMaxPairsPerLane) + ", not " +
+                 std::to_string(x.head_dim));
+  UIPC_CHECK(p.rope == RopeKind::kNone || x.head_dim % 2 == 0, "RoPE needs an even head_dim");
+  UIPC_CHECK(p.norm == NormKind::kNone || p.gamma != nullptr, "norm without gamma");
+  UIPC_CHECK(p.norm != NormKind::kLayerPerHead || p.beta != nullptr, "LayerNorm without beta");
+  if (p.norm == NormKind::kNone && p.rope == RopeKind::kNone) return;
+  switch (dtype) {
+    case DType::kBF16: norm_rope_typed<__nv_bfloat16>(s, x, p); break;
+    case DType::kFP16: norm_rope_typed<__half>(s, x, p); break;
+    default: norm_rope_typed<float>(s, x, p); break;
+  }
+}
+
+void launch_attention_reference(cudaStream_t s, const void* q, const void* k, const void* v, void* o, int64_t batch,
+                                int64_t seq, int heads, int head_dim, DType dtype, float scale) {
+  UIPC_CHECK(head_dim > 0 && head_dim <= 256, "reference attention supports head_dim 1..256, not " +
+                                                  std::to_string(head_dim));
+  UIPC_CHECK(heads <= 65535 && batch <= 65535, "reference attention: too many heads or batches for the grid");
+  if (batch == 0 || seq == 0 || heads == 0) return;
+  switch (dtype) {
+    case DType::kBF16: attention_typed<__nv_bfloat16>(s, q, k, v, o, batch, seq, heads, head_dim, scale); break;
+    case DType::kFP16: attention_typed<__half>(s, q, k, v, o, batch, seq, heads, head_dim, scale); break;
+    default: attention_typed<float>(s, q, k, v, o, batch, seq, heads, head_dim, scale); break;
+  }
+}
+
+void launch_convert_from_f32(cudaStream_t s, const float* in, void* out, int64_t n, DType dtype) {
+  if (n == 0) return;
+  const int threads = 256;
+  const int64_t want = (n + threads - 1) / threads;
+  const unsigned blocks = static_cast<unsigned>(want < 65536 ? want : 65536);
+  switch (dtype) {
+    case DType::kBF16: convert_kernel<<<blocks, threads, 0, s>>>(in, static_cast<__nv_bfloat16*>(out), n); break;
+    case DType::kFP16: convert_kernel<<<blocks, threads, 0, s>>>(in, static_cast<__half*>(out), n); break;
+    default: convert_kernel<<<blocks, threads, 0, s>>>(in, static_cast<float*>(out), n); break;
+  }
+  UIPC_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_convert_from_f32_2d(cudaStream_t s, const float* in, int64_t ld_in, void* out, int64_t ld_out, int64_t rows,
+                                int64_t cols, DType dtype) {
+  const int64_t n = rows * cols;
+  if (n == 0) return;
+  const int threads = 256;
+  const int64_t want = (n + threads - 1) / threads;
+  const unsigned blocks = static_cast<unsigned>(want < 65536 ? want : 65536);
+  switch (dtype) {
+    case DType::kBF16:
+      convert_2d_kernel<<<blocks, threads, 0, s>>>(in, ld_in, static_cast<__nv_bfloat16*>(out), ld_out, rows, cols);
+      break;
+    case DType::kFP16:
+      convert_2d_kernel<<<blocks, threads, 0, s>>>(in, ld_in, static_cast<__half*>(out), ld_out, rows, cols);
+      break;
+    default: convert_2d_kernel<<<blocks, threads, 0, s>>>(in, ld_in, static_cast<float*>(out), ld_out, rows, cols); break;
+  }
+  UIPC_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace uipc

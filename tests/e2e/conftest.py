@@ -1,0 +1,39 @@
+"""Fixtures for the end-to-end tests: the built binary and a way to run it under mpirun."""
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def app() -> str:
+    """The ulysses-ipc binary under test ($ULYSSES_IPC, else build/app/ulysses-ipc)."""
+    path = os.environ.get("ULYSSES_IPC", str(REPO / "build" / "app" / "ulysses-ipc"))
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"ulysses-ipc binary not found at {path}: build first (scripts/setup.sh)")
+    return path
+
+
+def mpi_env(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    env.update(extra or {})
+    return env
+
+
+@pytest.fixture
+def run(app):
+    """run(np, args..., env=..., timeout=...) -> CompletedProcess of mpirun ulysses-ipc."""
+    def _run(np_: int, *args: str, env: dict | None = None, timeout: float = 240):
+        cmd = ["mpirun", "-np", str(np_), "--oversubscribe", app, *args]
+        return subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(env), timeout=timeout)
+    return _run
+
+
+def shm_entries() -> set[str]:
+    """This program's shared-memory segments currently in /dev/shm."""
+    return {p.name for p in pathlib.Path("/dev/shm").glob("uipc*")}
