@@ -48,6 +48,23 @@ const char* const kUsage =
 
 volatile std::sig_atomic_t g_signalled = 0;
 
+// Error text can carry names from a colleague's deck: control characters (terminal
+// escapes, newlines) are shown as \xNN so one error stays one harmless line.
+std::string printable(const char* what) {
+  std::string out;
+  for (const char* p = what; *p; ++p) {
+    const unsigned char ch = static_cast<unsigned char>(*p);
+    if (ch < 0x20 || ch == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", ch);
+      out += buf;
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out;
+}
+
 // SIGINT/SIGTERM: leave nothing behind (shared memory, a half-written report) and exit.
 extern "C" void on_signal(int sig) {
   g_signalled = sig;
@@ -143,7 +160,7 @@ int main(int argc, char** argv) {
     try {
       return uipc::deck_command(argc - 2, argv + 2);
     } catch (const uipc::Error& e) {
-      std::fprintf(stderr, "ulysses-ipc deck: error: %s\n", e.what());
+      std::fprintf(stderr, "ulysses-ipc deck: error: %s\n", printable(e.what()).c_str());
       return e.exit_code();
     }
   }
@@ -180,18 +197,18 @@ int main(int argc, char** argv) {
     }
   } catch (const uipc::CollectiveError& e) {
     // Every rank has it: say it once and finish cleanly.
-    if (rank == 0) std::fprintf(stderr, "ulysses-ipc: error: %s\n", e.what());
+    if (rank == 0) std::fprintf(stderr, "ulysses-ipc: error: %s\n", printable(e.what()).c_str());
     MPI_Finalize();
     return e.exit_code();
   } catch (const uipc::Error& e) {
     // This rank alone may have it: say it with the rank, and take the others down.
-    std::fprintf(stderr, "ulysses-ipc: error on rank %d: %s\n", rank, e.what());
+    std::fprintf(stderr, "ulysses-ipc: error on rank %d: %s\n", rank, printable(e.what()).c_str());
     std::fflush(stderr);
     uipc::host_unlink_all_shm();
     MPI_Abort(MPI_COMM_WORLD, e.exit_code());
     return e.exit_code();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ulysses-ipc: internal error on rank %d: %s\n", rank, e.what());
+    std::fprintf(stderr, "ulysses-ipc: internal error on rank %d: %s\n", rank, printable(e.what()).c_str());
     std::fflush(stderr);
     uipc::host_unlink_all_shm();
     MPI_Abort(MPI_COMM_WORLD, uipc::kExitRuntime);

@@ -83,7 +83,7 @@ shopt -s nullglob
 for f in "$outdir"/*.h5; do
   name="$(basename "$f" .h5)"
   if ! grep -qxF -- "$name" <<<"$presets"; then
-    echo "make_decks.sh: $f has no preset of that name (presets: $(echo $presets))" >&2
+    echo "make_decks.sh: $f has no preset of that name (presets: ${presets//$'\n'/ })" >&2
     bad+=("$f")
   fi
 done
@@ -92,4 +92,4 @@ if [ ${#bad[@]} -gt 0 ]; then
   echo "make_decks.sh: differs from the presets: ${bad[*]} (regenerate with inputs/make_decks.sh)" >&2
   exit 1
 fi
-echo "make_decks.sh: all shipped decks agree with the presets ($(echo $presets))"
+echo "make_decks.sh: all shipped decks agree with the presets (${presets//$'\n'/ })"

@@ -20,13 +20,138 @@ namespace {
 // table by inputs/make_decks.sh; change a preset here, then rerun that script.
 
 struct Preset {
-  const char* name;
-  const char* description;  // becomes the deck's description
+  std::string name;
+  std::string description;  // becomes the deck's description
   std::function<std::vector<Case>()> cases;
 };
 
+// --- real DiT attention layers, from the models' published configs
+// One entry per model; each becomes a GPU-sized preset per resolution ("<model>-<res>")
+// with one case per layout the heads allow, and one simulation-sized twin ("<model>-sim")
+// with the same structure (head_dim, norm, projection, layouts) on few heads and tokens.
+struct ModelLayer {
+  const char* name;
+  const char* source;       // where the shapes come from
+  int heads, head_dim;
+  NormKind qk_norm;
+  RopeKind rope;            // 1-D RoPE stands in for the model's own (same cost); none where it has none
+  bool fused_qkv;           // the model's own projection
+  std::vector<std::pair<const char*, int64_t>> resolutions;  // label, tokens
+  const char* tokens_note;  // how the token counts arise
+};
+
+const std::vector<ModelLayer>& model_layers() {
+  static const std::vector<ModelLayer> table = {
+      {"flux-dev", "black-forest-labs/FLUX.1-dev transformer config: 24 heads x 128 (3072), RMSNorm on Q/K per head, fused QKV, RoPE",
+       24, 128, NormKind::kRmsPerHead, RopeKind::k1D, true, {{"1024", 4096 + 512}, {"2048", 16384 + 512}},
+       "joint attention: (res/16)^2 image tokens + 512 T5 text tokens"},
+      {"sd3-medium", "stabilityai/stable-diffusion-3-medium transformer config: 24 heads x 64 (1536), no QK norm, separate Q/K/V",
+       24, 64, NormKind::kNone, RopeKind::kNone, false, {{"1024", 4432}},
+       "joint attention: 4096 image tokens + 333 text tokens (77 CLIP + 256 T5) = 4429, padded to 4432 (a multiple of 8) as Ulysses implementations pad"},
+      {"pixart-alpha", "PixArt-alpha/PixArt-XL-2-1024-MS config: 16 heads x 72 (1152), no QK norm, separate Q/K/V",
+       16, 72, NormKind::kNone, RopeKind::kNone, false, {{"1024", 4096}}, "self-attention over (1024/16)^2 = 4096 image tokens"},
+      {"hunyuanvideo", "tencent/HunyuanVideo config: 24 heads x 128 (3072), RMSNorm on Q/K per head, fused QKV",
+       24, 128, NormKind::kRmsPerHead, RopeKind::k1D, true, {{"720p", 118800 + 256}},
+       "720p x 129 frames: 33 x 45 x 80 = 118800 video tokens + 256 text tokens"},
+      {"wan2.1-14b", "Wan-AI/Wan2.1-T2V-14B config: 40 heads x 128 (5120), RMSNorm on Q/K across all heads, separate Q/K/V",
+       40, 128, NormKind::kRmsAcrossHeads, RopeKind::k1D, false, {{"480p", 32760}, {"720p", 75600}},
+       "81 frames: 21 x 30 x 52 = 32760 tokens at 480p, 21 x 45 x 80 = 75600 at 720p"},
+      {"wan2.1-1.3b", "Wan-AI/Wan2.1-T2V-1.3B config: 12 heads x 128 (1536), RMSNorm on Q/K across all heads, separate Q/K/V",
+       12, 128, NormKind::kRmsAcrossHeads, RopeKind::k1D, false, {{"480p", 32760}}, "81 frames at 480p: 21 x 30 x 52 = 32760 tokens"},
+      {"cogvideox-5b", "THUDM/CogVideoX-5b config: 48 heads x 64 (3072), LayerNorm on Q/K per head, separate Q/K/V",
+       48, 64, NormKind::kLayerPerHead, RopeKind::k1D, false, {{"720x480", 17550 + 226}},
+       "49 frames at 720x480: 13 x 30 x 45 = 17550 video tokens + 226 text tokens"},
+  };
+  return table;
+}
+
+struct LayoutChoice {
+  const char* tag;
+  int ulysses, tp;
+};
+const LayoutChoice kLayouts[] = {{"u2", 2, 1}, {"u4", 4, 1}, {"u8", 8, 1}, {"tp2u2", 2, 2}};
+
+// The cases of one model at one token count: a case per layout that fits, and a note
+// naming the layouts left out and why.
+std::vector<Case> model_cases(const ModelLayer& m, const std::string& label, int64_t tokens, int heads,
+                              bool gpu_sized, std::string* left_out) {
+  std::vector<Case> out;
+  for (const LayoutChoice& lc : kLayouts) {
+    std::string why;
+    if (heads % (lc.tp * lc.ulysses) != 0)
+      why = std::to_string(heads) + " heads do not divide by " + std::to_string(lc.tp * lc.ulysses);
+    else if (m.qk_norm == NormKind::kRmsAcrossHeads && lc.tp > 1)
+      why = "RMS norm across heads needs every head of a token on one rank (tp = 1)";
+    else if (tokens % lc.ulysses != 0)
+      why = std::to_string(tokens) + " tokens do not divide by " + std::to_string(lc.ulysses);
+    if (!why.empty()) {
+      if (left_out) *left_out += std::string(*left_out->c_str() ? "; " : "") + lc.tag + ": " + why;
+      continue;
+    }
+    Case c;
+    c.name = std::string(m.name) + "-" + label + "." + lc.tag;
+    c.batch = 1;
+    c.seq_len = tokens;
+    c.heads = heads;
+    c.head_dim = m.head_dim;
+    c.dtype = DType::kBF16;
+    c.qk_norm = m.qk_norm;
+    c.rope = m.rope;
+    c.fused_qkv = m.fused_qkv;
+    c.ulysses = lc.ulysses;
+    c.tp = lc.tp;
+    c.transports = {"nccl", "ipc"};
+    // v-first needs the fused projection, v-first-split the separate ones: each model
+    // gets the V-first order its own projection allows, against the baseline.
+    c.schedules = {"baseline", m.fused_qkv ? "v-first" : "v-first-split"};
+    c.warmup = gpu_sized ? 5 : 1;
+    c.iterations = gpu_sized ? 20 : 2;
+    c.repeats = gpu_sized ? 3 : 1;
+    c.description = std::string(m.name) + " " + label + ", " + lc.tag + ": B1 S" + std::to_string(tokens) + " H" +
+                    std::to_string(heads) + " D" + std::to_string(m.head_dim) + " bf16" +
+                    (gpu_sized ? "" : " (simulation twin: the model's head_dim, norm, projection and layouts on few heads and tokens)");
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<Preset> model_presets() {
+  std::vector<Preset> v;
+  for (const ModelLayer& m : model_layers()) {
+    for (const auto& res : m.resolutions) {
+      std::string left;
+      model_cases(m, res.first, res.second, m.heads, true, &left);
+      v.push_back({"", "", nullptr});
+      v.back().name = std::string(m.name) + "-" + res.first;
+      v.back().description = std::string(m.name) + " attention layer at " + res.first + " (GPU runs). " +
+                                   m.tokens_note + ". Source: " + m.source +
+                                   (m.rope == RopeKind::kNone ? std::string(". No RoPE (the model has none).")
+                                                              : std::string(". 1-D RoPE over the token index stands in for the model's own multi-axis RoPE (same cost).")) +
+                                   (left.empty() ? "" : " Layouts left out: " + left + ".");
+      const ModelLayer* mp = &m;
+      const std::string label = res.first;
+      const int64_t tokens = res.second;
+      v.back().cases = [mp, label, tokens] { return model_cases(*mp, label, tokens, mp->heads, true, nullptr); };
+    }
+    // The simulation twin: 8 heads (or the model's count if smaller) keep every layout
+    // the model allows; 64 tokens per Ulysses-8 shard are plenty for a CPU.
+    std::string left;
+    const int twin_heads = m.heads % 8 == 0 ? 8 : 12 % m.heads == 0 ? m.heads : 4;
+    model_cases(m, "sim", 128, twin_heads, false, &left);
+    v.push_back({"", "", nullptr});
+    v.back().name = std::string(m.name) + "-sim";
+    v.back().description = std::string("Simulation-sized twin of ") + m.name + ": " + std::to_string(twin_heads) +
+                                 " heads x " + std::to_string(m.head_dim) + ", 128 tokens, same norm, projection and layouts. Source: " +
+                                 m.source + "." + (left.empty() ? "" : " Layouts left out: " + left + ".");
+    const ModelLayer* mp = &m;
+    v.back().cases = [mp, twin_heads] { return model_cases(*mp, "sim", 128, twin_heads, false, nullptr); };
+  }
+  return v;
+}
+
 const std::vector<Preset>& presets() {
-  static const std::vector<Preset> table = {
+  static const std::vector<Preset> table = [] {
+  std::vector<Preset> t = {
       {"default",
        "Shipped default: two small layers that 4 MPI ranks on 2 CPU cores run in seconds in simulation "
        "mode; ulysses = 0, so it runs at 1, 2 and 4 ranks.",
@@ -105,52 +230,10 @@ const std::vector<Preset>& presets() {
          tp.tp = 2;
          return std::vector<Case>{u2, u2f, u4, tp};
        }},
-      {"flux-dev-1024",
-       "FLUX.1-dev joint attention at 1024x1024 (GPU runs): 4096 image + 512 text tokens, 24 heads x 128, "
-       "RMS QK norm per head. 1-D RoPE stands in for Flux's 3-axis RoPE (same cost, other angles).",
-       [] {
-         Case c;
-         c.name = "flux-dev-1024";
-         c.description = "FLUX.1-dev, 1024x1024: B1 S4608 H24 D128 bf16, fused QKV";
-         c.batch = 1;
-         c.seq_len = 4608;
-         c.heads = 24;
-         c.head_dim = 128;
-         c.dtype = DType::kBF16;
-         c.qk_norm = NormKind::kRmsPerHead;
-         c.rope = RopeKind::k1D;
-         c.fused_qkv = true;
-         c.transports = {"nccl", "ipc"};
-         c.schedules = {"baseline", "v-first", "v-first-split"};
-         c.warmup = 5;
-         c.iterations = 20;
-         c.repeats = 3;
-         return std::vector<Case>{c};
-       }},
-      {"wan2.1-14b-720p",
-       "Wan2.1-14B self-attention, 720p x 81 frames (GPU runs): 21x45x80 = 75600 tokens, 40 heads x 128, "
-       "RMS QK norm across heads (tp = 1 only), separate Q/K/V. 1-D RoPE stands in for Wan's 3-axis RoPE.",
-       [] {
-         Case c;
-         c.name = "wan2.1-14b-720p";
-         c.description = "Wan2.1-14B, 1280x720 x 81 frames: B1 S75600 H40 D128 bf16, separate projections";
-         c.batch = 1;
-         c.seq_len = 75600;
-         c.heads = 40;
-         c.head_dim = 128;
-         c.dtype = DType::kBF16;
-         c.qk_norm = NormKind::kRmsAcrossHeads;
-         c.rope = RopeKind::k1D;
-         c.fused_qkv = false;
-         c.tp = 1;
-         c.transports = {"nccl", "ipc"};
-         c.schedules = {"baseline", "v-first-split"};
-         c.warmup = 5;
-         c.iterations = 20;
-         c.repeats = 3;
-         return std::vector<Case>{c};
-       }},
   };
+  for (Preset& p : model_presets()) t.push_back(std::move(p));
+  return t;
+  }();
   return table;
 }
 

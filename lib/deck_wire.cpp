@@ -5,6 +5,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -137,6 +138,36 @@ class Reader {
 // case count beyond left/kMinCaseBytes cannot be genuine.
 constexpr size_t kMinCaseBytes = 4 + 4 + 8 + 8 + 4 + 4 + 1 + 1 + 4 + 1 + 4 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 8 + 8 + 8;
 
+// Error text that reached rank 0 from a deck may quote the deck's own bytes (names,
+// string values): control characters and invalid UTF-8 are shown as \xNN so that every
+// rank prints one line of valid UTF-8 and a deck cannot send terminal escape sequences.
+// Idempotent (its output is left as it is).
+std::string printable(const std::string& s) {
+  std::string out;
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto at = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+    const unsigned char c = at(0);
+    size_t len = c < 0x80 ? 1 : (c >= 0xc2 && c <= 0xdf) ? 2 : (c >> 4) == 0xe ? 3 : (c >= 0xf0 && c <= 0xf4) ? 4 : 0;
+    bool ok = len > 0 && i + len <= s.size();
+    for (size_t k = 1; ok && k < len; ++k) ok = (at(k) & 0xc0) == 0x80;
+    if (ok && len == 1) ok = c >= 0x20 && c != 0x7f;
+    if (ok && len == 2) ok = !(c == 0xc2 && at(1) < 0xa0);                                   // C1 controls
+    if (ok && len == 3) ok = !(c == 0xe0 && at(1) < 0xa0) && !(c == 0xed && at(1) >= 0xa0);  // overlong, surrogates
+    if (ok && len == 4) ok = !(c == 0xf0 && at(1) < 0x90) && !(c == 0xf4 && at(1) >= 0x90);
+    if (ok) {
+      out.append(s, i, len);
+      i += len;
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+      ++i;
+    }
+  }
+  return out;
+}
+
 template <class E>
 E read_enum(Reader& r, const char* what, int max_value) {
   uint8_t v = r.u8(what);
@@ -251,7 +282,10 @@ Deck read_deck_on_root(const std::string& path, MPI_Comm comm, double timeout_s)
       head[0] = kExitBadInput;
       error = path + ": the deck is too large to share between ranks (" + std::to_string(payload.size()) + " bytes)";
     }
-    if (head[0] != 0) payload.assign(error.begin(), error.end());
+    if (head[0] != 0) {
+      error = printable(error);
+      payload.assign(error.begin(), error.end());
+    }
     if (payload.size() > static_cast<size_t>(INT_MAX)) payload.resize(4096);  // an absurd message: its start
     head[1] = static_cast<int64_t>(payload.size());
   }
@@ -352,7 +386,8 @@ size_t estimate_case_bytes_per_rank(const Case& c, int world, bool rank0, bool s
 
   const uint64_t es = dtype_size(c.dtype), f4 = 4, f8 = 8;
   const int tp_i = c.tp > 0 ? c.tp : 1;
-  int u_i = c.ulysses_for(world > 0 ? world : 1);
+  // As Case::ulysses_for, without its division by a tp that may be 0 here.
+  int u_i = c.ulysses > 0 ? c.ulysses : (world > 0 ? world : 1) / tp_i;
   if (u_i < 1) u_i = 1;
   const uint64_t B = pos(c.batch), S = pos(c.seq_len), H = pos(c.heads), D = pos(c.head_dim);
   const uint64_t tp = static_cast<uint64_t>(tp_i), U = static_cast<uint64_t>(u_i);

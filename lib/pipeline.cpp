@@ -184,6 +184,7 @@ LayerTiming LayerPipeline::last_timing() {
   auto [v0, v1] = scatter_.copy_interval(Tag::kV);
   if (v0 && v1) {
     const double vs = at(*v0), ve = at(*v1);
+    t.v_copy_ms = ve - vs;
     prev = 0;
     for (size_t i = 0; i < schedule_.steps.size(); ++i) {
       const double now = at(*ev_steps_[i]);

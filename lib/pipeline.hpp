@@ -18,6 +18,7 @@ namespace uipc {
 struct LayerTiming {
   double stage_ms[kNumStages] = {};
   double v_overlap_ms = 0;  // V scatter copies running during Q/K norm + RoPE
+  double v_copy_ms = -1;    // V's copies on the copy stream, start to end; -1: not measured
 };
 
 class LayerPipeline {

@@ -146,6 +146,12 @@ void write_run(const h5::Group& cg, const RunResult& r) {
     ov.write_attr("units", "ms");
     ov.write_attr("dims", std::vector<std::string>{"repeat", "iteration", "rank"});
   }
+  if (!r.v_copy_ms.empty()) {
+    UIPC_CHECK(r.v_copy_ms.size() == r.v_overlap_ms.size(), "v_copy_ms and v_overlap_ms differ in size");
+    h5::Dataset vc = g.write_dataset("v_copy_ms", {r.repeats, r.iterations, r.ranks}, r.v_copy_ms.data());
+    vc.write_attr("units", "ms");
+    vc.write_attr("dims", std::vector<std::string>{"repeat", "iteration", "rank"});
+  }
 
   std::vector<std::vector<double>> samples = critical_path_samples(r);
   std::vector<double> med(kNumStages), p10(kNumStages), p90(kNumStages);

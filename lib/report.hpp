@@ -44,6 +44,10 @@ struct RunResult {
   // [repeat][iteration][rank], milliseconds during which the V scatter copies and the
   // Q/K norm + RoPE ran at the same time
   std::vector<double> v_overlap_ms;
+  // [repeat][iteration][rank], milliseconds from the start to the end of V's scatter
+  // copies on the copy stream (overlap / copy = the fraction of V's transfer hidden).
+  // Both empty when the transport has no separate copy stream (nothing to overlap).
+  std::vector<double> v_copy_ms;
   int64_t scatter_bytes_per_rank = 0;  // bytes each rank sends in one layer's Q/K/V scatter
   int64_t gather_bytes_per_rank = 0;
   int handshakes_per_layer = 0;

@@ -99,6 +99,7 @@ void gather_timings(const std::vector<LayerTiming>& mine, int world, int repeat,
   for (const auto& t : mine) {
     flat.insert(flat.end(), t.stage_ms, t.stage_ms + kNumStages);
     flat.push_back(t.v_overlap_ms);
+    flat.push_back(t.v_copy_ms);
   }
   const int per = static_cast<int>(flat.size());
   std::vector<double> all(static_cast<size_t>(per) * world);
@@ -107,10 +108,11 @@ void gather_timings(const std::vector<LayerTiming>& mine, int world, int repeat,
   wait_bounded(&req, 1, timeout_s, "the collection of timings", {});
   for (int i = 0; i < iterations; ++i)
     for (int r = 0; r < world; ++r) {
-      const double* src = all.data() + static_cast<size_t>(r) * per + static_cast<size_t>(i) * (kNumStages + 1);
+      const double* src = all.data() + static_cast<size_t>(r) * per + static_cast<size_t>(i) * (kNumStages + 2);
       const size_t idx = (static_cast<size_t>(repeat) * iterations + i) * world + r;
       std::copy_n(src, kNumStages, out.stage_ms.begin() + idx * kNumStages);
       out.v_overlap_ms[idx] = src[kNumStages];
+      out.v_copy_ms[idx] = src[kNumStages + 1];
     }
 }
 
@@ -264,6 +266,7 @@ int run_deck(const RunOptions& opt) {
         rr.ranks = world;
         rr.stage_ms.assign(static_cast<size_t>(c.repeats) * c.iterations * world * kNumStages, 0.0);
         rr.v_overlap_ms.assign(static_cast<size_t>(c.repeats) * c.iterations * world, 0.0);
+        rr.v_copy_ms.assign(rr.v_overlap_ms.size(), -1.0);
 
         LayerPipeline pipe(*be.device, *be.kernels, c, l, data, sched, *sel.transport, *gather, tcoll.get(), *compute);
         for (int rep = 0; rep < c.repeats; ++rep) {
@@ -289,6 +292,11 @@ int run_deck(const RunOptions& opt) {
         rr.parity_pass = p.finite && p.max_abs <= c.tol_max_abs && p.rel_l2 <= c.tol_rel_l2;
         all_pass = all_pass && rr.parity_pass;
 
+        // No separate copy stream (nccl): nothing was overlapped or measured.
+        if (std::all_of(rr.v_copy_ms.begin(), rr.v_copy_ms.end(), [](double v) { return v < 0; })) {
+          rr.v_copy_ms.clear();
+          rr.v_overlap_ms.clear();
+        }
         TransportStats st = sel.transport->stats();
         const int64_t layers = static_cast<int64_t>(c.repeats) * (c.warmup + c.iterations);
         rr.handshakes_per_layer = static_cast<int>(st.handshakes / std::max<int64_t>(1, layers));

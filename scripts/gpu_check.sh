@@ -14,7 +14,9 @@
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
-LOG=${OUT:-$ROOT/build-gpu/logs}
+# Logs and reports stay in build-gpu/logs; with $OUT set (the device tool, which takes
+# back at most 8 files) they travel as one archive plus the summary.
+LOG=$ROOT/build-gpu/logs
 mkdir -p "$LOG"
 JOBS=${JOBS:-16}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -83,19 +85,61 @@ if [ $built -eq 1 ]; then
   run_step "bench_kernels" "$LOG/bench.log" 600 "$T/bench_kernels"
 fi
 
-# --- the app, when it can run on GPUs
+# --- compute-sanitizer over the GPU tests (memcheck, racecheck)
+if [ $built -eq 1 ] && command -v compute-sanitizer >/dev/null 2>&1 && [ "${SANITIZE:-1}" = 1 ]; then
+  SAN_LOG=$LOG/sanitizer.log
+  : >"$SAN_LOG"
+  T=build-gpu/tests
+  run_step "memcheck test_cuda_kernels" "$SAN_LOG" 420 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$T/test_cuda_kernels"
+  run_step "racecheck test_cuda_kernels" "$SAN_LOG" 420 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$T/test_cuda_kernels" --gtest_filter='*Norm*:*Attention*'
+  run_step "memcheck test_cuda_device np2" "$SAN_LOG" 300 mpirun -np 2 --oversubscribe \
+    compute-sanitizer --tool memcheck --error-exitcode 9 "$T/test_cuda_device"
+fi
+
+# --- the app in GPU mode: one rank (NCCL and the whole pipeline on the GPU, V copied to
+# itself on the copy engine), and 2 and 4 ranks sharing the one GPU (IPC functional
+# evidence only: time-sliced, no performance figures; NCCL refuses shared GPUs, so the
+# nccl transport, gather and TP all-reduce run over MPI staged through the host).
 APP_LOG=$LOG/app.log
 : >"$APP_LOG"
 if run_step "build ulysses-ipc" "$APP_LOG" "${APP_BUILD_LIMIT:-240}" cmake --build build-gpu --target ulysses-ipc -j"$JOBS"; then
   APP=build-gpu/app/ulysses-ipc
-  if "$APP" --help 2>&1 | grep -q -- "--mode"; then
-    run_step "app default.h5 np1 --mode gpu" "$APP_LOG" 600 mpirun -np 1 "$APP" inputs/default.h5 --mode gpu \
-      -o "$LOG/report-np1.h5"
-    run_step "app default.h5 np2 --mode gpu (shared GPU)" "$APP_LOG" 600 mpirun -np 2 --oversubscribe "$APP" \
-      inputs/default.h5 --mode gpu --allow-shared-gpu -o "$LOG/report-np2.h5"
-  else
-    note "app" "no --mode gpu yet: not run"
-  fi
+  mkdir -p "$LOG/reports"
+  app_run() {  # app_run NAME NP DECK [args...]
+    local name=$1 np=$2 deck=$3
+    shift 3
+    run_step "app $name" "$APP_LOG" 600 mpirun -np "$np" --oversubscribe "$APP" "$deck" --mode gpu \
+      -o "$LOG/reports/$name.h5" "$@"
+  }
+  app_run default-np1 1 inputs/default.h5
+  app_run default-np2-shared 2 inputs/default.h5 --allow-shared-gpu
+  app_run default-np4-shared 4 inputs/default.h5 --allow-shared-gpu
+  app_run protocol-np2-shared 2 inputs/protocol.h5 --allow-shared-gpu
+  app_run protocol-np4-shared 4 inputs/protocol.h5 --allow-shared-gpu
+  app_run flux-1024-np1 1 inputs/flux-dev-1024.h5
+  app_run flux-1024-np2-shared 2 inputs/flux-dev-1024.h5 --allow-shared-gpu
+  PY=python3
+  [ -x /opt/torch/.venv/bin/python ] && PY=/opt/torch/.venv/bin/python
+  "$PY" - "$LOG/reports" >"$LOG/app-table.txt" 2>&1 <<'PYEOF'
+import glob, sys
+import h5py, numpy as np
+print(f"{'report':22} {'case':16} {'run':20} {'used':5} {'attn':10} {'parity':6} {'max_abs':>9} "
+      f"{'proj':>7} {'norm':>7} {'scat':>7} {'attn':>7} {'gath':>7} {'oproj':>7} {'layer':>8} {'V/QK ovl':>8}")
+for path in sorted(glob.glob(sys.argv[1] + "/*.h5")):
+    with h5py.File(path, "r") as f:
+        for case in f.attrs["cases"]:
+            g = f["cases"][case]
+            for run in g.attrs["runs"]:
+                a = g[run].attrs
+                med = a["median_ms"]
+                ov = np.median(g[run]["v_overlap_ms"][...]) if "v_overlap_ms" in g[run] else float("nan")
+                print(f"{path.split('/')[-1][:-3]:22} {case[:16]:16} {run[:20]:20} {a['transport_used']:5} "
+                      f"{str(a.get('attention', ''))[:10]:10} {'PASS' if a['parity_pass'] else 'FAIL':6} "
+                      f"{a['parity_max_abs']:9.2e} " + " ".join(f"{m:7.3f}" for m in med[:6]) +
+                      f" {med[6]:8.3f} {ov:8.3f}")
+PYEOF
 fi
 
 # --- summary, last
@@ -104,10 +148,19 @@ fi
   echo "GPU check summary (logs in $LOG)"
   printf '%s\n' "----------------------------------------------+--------------------"
   printf '%s\n' "${SUMMARY[@]}"
+  if [ -s "$LOG/app-table.txt" ]; then
+    echo
+    echo "app runs (median ms per stage; shared-GPU runs are functional evidence only)"
+    cat "$LOG/app-table.txt"
+  fi
   if [ -s "$LOG/bench.log" ]; then
     echo
     grep -E "^(kernel|---|attention|norm|gemm|cudaMemcpy|device)" "$LOG/bench.log"
   fi
 } | tee "$LOG/summary.txt"
+if [ -n "${OUT:-}" ]; then
+  tar czf "$OUT/gpu-logs.tgz" -C "$ROOT/build-gpu" logs
+  cp "$LOG/summary.txt" "$OUT/summary.txt"
+fi
 grep -q "FAIL\|TIMEOUT" "$LOG/summary.txt" && exit 1
 exit 0

@@ -36,12 +36,14 @@ if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
     tmp=$(mktemp -d)
     "$PY" -m pip download -q --no-deps --only-binary=:all: "nvidia-cudnn-frontend==${CUDNN_FE_VERSION}" -d "$tmp"
     mkdir -p .cache/cudnn-frontend
+    whls=("$tmp"/*.whl)
     "$PY" -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); [z.extract(n, sys.argv[2]) for n in z.namelist() if n.startswith("include/")]' \
-      "$(ls "$tmp"/*.whl | head -n 1)" .cache/cudnn-frontend
+      "${whls[0]}" .cache/cudnn-frontend
     rm -rf "$tmp"
   fi
 fi
 
 BUILD=${BUILD_DIR:-build}
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-} >/dev/null
+read -ra extra_args <<<"${CMAKE_ARGS:-}"   # e.g. CMAKE_ARGS="-DULYSSES_CUDA=OFF"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${extra_args[@]}" >/dev/null
 cmake --build "$BUILD" -j"$(nproc)"

@@ -27,3 +27,18 @@ set_tests_properties(e2e PROPERTIES LABELS "e2e;mpi" TIMEOUT 1200
                      ENVIRONMENT "${ULYSSES_TEST_ENV};ULYSSES_IPC=$<TARGET_FILE:ulysses-ipc>")
 add_test(NAME shipped_decks COMMAND ${PROJECT_SOURCE_DIR}/inputs/make_decks.sh --check)
 set_tests_properties(shipped_decks PROPERTIES LABELS "unit" ENVIRONMENT "ULYSSES_IPC=$<TARGET_FILE:ulysses-ipc>")
+
+# The deck on the wire (lib/deck_wire.*): encoding, root-only read shared with every
+# rank, the per-rank memory estimate. Writes a deck with HDF5 to spoil one field.
+ulysses_add_test(test_deck_wire SOURCES test_deck_wire.cpp LIBS ulysses_lib ${HDF5_C_LIBRARIES} LABELS unit NP 1 2 4)
+target_include_directories(test_deck_wire PRIVATE ${HDF5_INCLUDE_DIRS})
+
+# Post-processing (pytest on reports the app writes in simulation mode) and the lint of
+# every shell script (bash -n and shellcheck).
+add_test(NAME postprocess
+         COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${PROJECT_SOURCE_DIR}/tests/postprocess
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(postprocess PROPERTIES LABELS "postprocess;mpi" TIMEOUT 600
+                     ENVIRONMENT "${ULYSSES_TEST_ENV};ULYSSES_IPC=$<TARGET_FILE:ulysses-ipc>;PYTHONDONTWRITEBYTECODE=1")
+add_test(NAME lint_scripts COMMAND ${PROJECT_SOURCE_DIR}/tests/lint_jobscripts.sh)
+set_tests_properties(lint_scripts PROPERTIES LABELS "lint" TIMEOUT 120)

@@ -244,3 +244,26 @@ def test_sigint_leaves_no_report_and_no_shared_memory(app, tmp_path):
     assert proc.returncode != 0
     assert not (tmp_path / "r.h5").exists() and not list(tmp_path.glob("r.h5.tmp-*"))
     assert shm_entries() <= before, "shared memory left behind"
+
+
+SIM_TWINS = sorted(p.name for p in (REPO / "inputs").glob("*-sim.h5"))
+
+
+def test_every_model_family_has_a_simulation_twin():
+    gpu_decks = [p.name for p in (REPO / "inputs").glob("*.h5")
+                 if not p.name.endswith("-sim.h5") and p.name not in ("default.h5", "protocol.h5")]
+    families = {name.rsplit("-", 1)[0] for name in gpu_decks}
+    assert families and {f"{f}-sim.h5" for f in families} == set(SIM_TWINS)
+
+
+@pytest.mark.parametrize("deck", SIM_TWINS)
+@pytest.mark.parametrize("np_", [2, 4])
+def test_model_twin_decks_pass_parity_in_simulation(run, tmp_path, deck, np_):
+    report = tmp_path / "twin.h5"
+    p = run(np_, str(REPO / "inputs" / deck), "-o", str(report), "--quiet")
+    assert p.returncode == 0, p.stderr
+    runs = list(runs_of(report))
+    assert runs
+    for case, name, a, _ in runs:
+        assert a["parity_pass"] == 1, (case, name, a)
+        assert a["transport_used"] == a["transport"]

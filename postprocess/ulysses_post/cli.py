@@ -1,0 +1,90 @@
+"""The `ulysses-post` command line: summarize, compare, plot.
+
+Every expected failure (a missing file, a file that is not a report, an unknown schema
+version, an inconsistent report, an unknown case) ends in one line on stderr and exit
+code 2, as the app does for bad input; a traceback would mean a bug here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .report import ReportError, load_report
+
+EXIT_BAD_INPUT = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ulysses-post",
+        description="Summarize, compare and plot ulysses-ipc run reports (HDF5, docs/report.md).")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("summarize", help="per case: stage medians, speedup, parity of every run",
+                       description="A table per case: one row per run (transport requested -> used, schedule), "
+                                   "the 7 stage medians, layer p10/p90, speedup of the layer median against the "
+                                   "case's nccl.baseline run (else its first run), parity and the V/QK overlap.")
+    s.add_argument("report", metavar="REPORT")
+    s.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
+    s.add_argument("--csv", action="store_true", help="one CSV row per run on stdout instead of the tables")
+
+    c = sub.add_parser("compare", help="A/B of two reports: layer medians, ratio, spread of the repeats",
+                       description="Per case and run present in both reports: layer median of A and B, the "
+                                   "spread (p10..p90) of the per-repeat medians of each, and B/A; runs present "
+                                   "in only one report are listed.")
+    c.add_argument("a", metavar="A")
+    c.add_argument("b", metavar="B")
+    c.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
+
+    g = sub.add_parser("plot", help="PNG figures: stage bars, per-rank timeline, speedup vs degree",
+                       description="Writes DIR/<case>.stages.png and DIR/<case>.timeline.png per case, and "
+                                   "DIR/speedup-vs-degree.png when the reports hold cases of two or more "
+                                   "Ulysses degrees.")
+    g.add_argument("report", metavar="REPORT")
+    g.add_argument("-o", "--output", required=True, metavar="DIR", help="directory for the PNG files")
+    g.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
+    g.add_argument("--reports", nargs="+", default=[], metavar="R",
+                   help="more reports (e.g. other rank counts) for the speedup-vs-degree figure")
+    return p
+
+
+def _run(args: argparse.Namespace) -> None:
+    if args.command == "summarize":
+        from .summarize import summarize
+
+        summarize(load_report(args.report), args.case, args.csv)
+    elif args.command == "compare":
+        from .compare import compare
+
+        compare(load_report(args.a), load_report(args.b), args.case)
+    else:
+        if os.path.exists(args.output) and not os.path.isdir(args.output):
+            raise ReportError(f"{args.output}: exists and is not a directory")
+        from .plot import plot  # matplotlib is imported only when drawing
+
+        report = load_report(args.report)
+        for path in plot(report, args.output, args.case, [load_report(r) for r in args.reports]):
+            print(f"wrote {path}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        _run(args)
+    except ReportError as e:
+        print(f"ulysses-post {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        # `summarize ... | head`: the reader left. Point stdout at /dev/null so that the
+        # interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as e:  # e.g. the plot directory cannot be created or written
+        print(f"ulysses-post {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 0

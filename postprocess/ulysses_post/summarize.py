@@ -1,0 +1,113 @@
+"""`summarize`: one table per case of a report, one row per run.
+
+Answers the question the app exists for: per case, what each transport x schedule costs
+stage by stage, how much faster than the NCCL baseline it is, and whether it is correct.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from typing import TextIO
+
+from . import text
+from .report import BASELINE_RUN, STAGES, Case, Report, Run
+
+# Short stage headers so that a row fits a wide terminal; the order is STAGES'.
+_STAGE_HEADERS = ("proj", "norm_rope", "scatter", "attention", "gather", "out_proj", "layer")
+
+
+def _transport(run: Run) -> str:
+    """'ipc -> nccl*' when the scatter fell back (the footnote says why)."""
+    mark = "*" if run.fell_back else ""
+    return f"{run.transport} -> {run.transport_used}{mark}"
+
+
+def _parity(run: Run) -> str:
+    verdict = "PASS" if run.parity_pass else "FAIL"
+    return verdict if run.parity_finite else verdict + " (non-finite)"
+
+
+def _baseline_note(case: Case) -> str:
+    base = case.baseline()
+    if base is None:
+        return "no runs"
+    if base.name == BASELINE_RUN:
+        return f"speedup = layer median of {BASELINE_RUN} / layer median of the run"
+    return f"speedup against the first run {base.name} (this case has no {BASELINE_RUN})"
+
+
+def case_lines(case: Case) -> list[str]:
+    """The text block of one case: header, table, footnotes."""
+    degree = f"ulysses {case.degree}" + (" (deck: 0 = all ranks / tp)" if case.ulysses_deck == 0 else "")
+    shape = case.runs[0].stage_ms.shape if case.runs else (0, 0, 0)
+    lines = [
+        f"case {case.name}: {case.shape}, {degree}, tp {case.tp}; "
+        f"{shape[0]} repeat(s) x {shape[1]} iteration(s) x {shape[2]} rank(s)",
+        "  stage medians and layer p10/p90 in ms, of the critical path (per layer, the slowest rank); "
+        + _baseline_note(case),
+    ]
+    headers = ["transport", "schedule", "projection", *_STAGE_HEADERS, "layer p10", "layer p90", "speedup",
+               "parity", "max_abs", "rel_l2", "V/QK overlap"]
+    rows = []
+    for run in case.runs:
+        layer = run.stage("layer")
+        rows.append([_transport(run), run.schedule, run.projection or "-",
+                     *(text.ms(v) for v in run.median_ms), text.ms(run.p10_ms[layer]), text.ms(run.p90_ms[layer]),
+                     text.factor(case.speedup(run)), _parity(run), text.sci(run.parity_max_abs),
+                     text.sci(run.parity_rel_l2), text.ms(run.v_overlap_median())])
+    lines += ["  " + line for line in text.table(headers, rows, left=3)]
+    for run in case.runs:
+        if run.fell_back:
+            lines.append(f"  * {run.name}: the scatter ran on {run.transport_used}, not {run.transport}: "
+                         f"{run.fallback_reason or 'no reason given'}")
+    if any(r.v_overlap_ms is not None for r in case.runs):
+        lines.append("  V/QK overlap: median over every rank's timed layers of the time the V scatter and "
+                     "Q/K norm + RoPE ran at once ('-': not measured)")
+    return lines
+
+
+def write_text(report: Report, cases: list[Case], out: TextIO) -> None:
+    lines = text.provenance(report)
+    for case in cases:
+        lines += ["", *case_lines(case)]
+    if not cases:
+        lines += ["", "(the report holds no cases)"]
+    out.write("\n".join(lines) + "\n")
+
+
+CSV_FIELDS = (["report", "mode", "world_size", "case", "ulysses_degree", "run", "transport", "transport_used",
+               "fallback_reason", "schedule", "projection", "repeats", "iterations", "ranks"]
+              + [f"{s}_median_ms" for s in STAGES]
+              + ["layer_p10_ms", "layer_p90_ms", "baseline_run", "speedup", "parity_pass", "parity_finite",
+                 "parity_max_abs", "parity_rel_l2", "v_overlap_median_ms", "scatter_bandwidth_gbs"])
+
+
+def write_csv(report: Report, cases: list[Case], out: TextIO) -> None:
+    """One CSV row per run, for spreadsheets and scripts (full precision, no units in cells)."""
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(CSV_FIELDS)
+    for case in cases:
+        base = case.baseline()
+        for run in case.runs:
+            layer = run.stage("layer")
+            overlap: float | None = run.v_overlap_median()
+            w.writerow([report.path, report.mode, report.world_size, case.name, case.degree, run.name,
+                        run.transport, run.transport_used, run.fallback_reason, run.schedule, run.projection,
+                        run.repeats, run.iterations, run.ranks, *(repr(float(v)) for v in run.median_ms),
+                        repr(float(run.p10_ms[layer])), repr(float(run.p90_ms[layer])),
+                        base.name if base else "", repr(case.speedup(run)), int(run.parity_pass),
+                        int(run.parity_finite), repr(run.parity_max_abs), repr(run.parity_rel_l2),
+                        "" if overlap is None else repr(overlap), repr(run.scatter_bandwidth_gbs)])
+
+
+def summarize(report: Report, case_names: list[str] | None, as_csv: bool, out: TextIO | None = None) -> None:
+    out = out or sys.stdout  # looked up at call time, so that redirection works
+    cases = report.select(case_names)
+    if as_csv:
+        if report.simulated:
+            # stdout stays machine-readable; the caveat goes where a person sees it.
+            sys.stderr.write(f"ulysses-post: {report.path}: {text.SIM_NOTE}\n")
+        write_csv(report, cases, out)
+    else:
+        write_text(report, cases, out)

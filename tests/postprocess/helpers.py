@@ -1,0 +1,42 @@
+"""Helpers of the post-processing tests: the CLI as a user runs it, and a PNG check."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+
+PACKAGE_DIR = Path(__file__).resolve().parents[2] / "postprocess"
+
+
+@dataclass
+class Result:
+    """What one CLI invocation returned."""
+
+    rc: int
+    out: str
+    err: str
+
+
+def run_cli(*args: str, timeout: float = 120) -> Result:
+    """`python3 -m ulysses_post ARGS` in a subprocess, as a user would run it."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PACKAGE_DIR), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, "-m", "ulysses_post", *args], capture_output=True, text=True, env=env,
+                       timeout=timeout)
+    return Result(p.returncode, p.stdout, p.stderr)
+
+
+def png_is_drawn(path: Path) -> str | None:
+    """None when `path` is a non-blank PNG; else what is wrong with it."""
+    data = path.read_bytes()
+    if not data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return f"{path}: no PNG signature"
+    img = matplotlib.image.imread(str(path))
+    if len(np.unique(img.reshape(-1, img.shape[-1]), axis=0)) < 2:
+        return f"{path}: blank image (one pixel value)"
+    return None
