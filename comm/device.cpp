@@ -1,53 +1,10 @@
-// Ownership types of the device layer: freeing buffers and closing mappings through
-// the device that made them.
+// How the device layer's owned memory is given back: through the device that made it.
 #include "comm/device.hpp"
 
 namespace uipc {
 
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
-  if (this != &o) {
-    reset();
-    owner_ = o.owner_;
-    ptr_ = o.ptr_;
-    bytes_ = o.bytes_;
-    impl_ = o.impl_;
-    o.owner_ = nullptr;
-    o.ptr_ = nullptr;
-    o.bytes_ = 0;
-    o.impl_ = nullptr;
-  }
-  return *this;
-}
+void FreeBuffer::release(Device& d, void* ptr, size_t bytes, void* impl) { d.free_buffer(ptr, bytes, impl); }
 
-void DeviceBuffer::reset() {
-  if (owner_ && (ptr_ || impl_)) owner_->free_buffer(ptr_, bytes_, impl_);
-  owner_ = nullptr;
-  ptr_ = nullptr;
-  bytes_ = 0;
-  impl_ = nullptr;
-}
-
-PeerMapping& PeerMapping::operator=(PeerMapping&& o) noexcept {
-  if (this != &o) {
-    reset();
-    owner_ = o.owner_;
-    ptr_ = o.ptr_;
-    bytes_ = o.bytes_;
-    impl_ = o.impl_;
-    o.owner_ = nullptr;
-    o.ptr_ = nullptr;
-    o.bytes_ = 0;
-    o.impl_ = nullptr;
-  }
-  return *this;
-}
-
-void PeerMapping::reset() {
-  if (owner_ && (ptr_ || impl_)) owner_->close_mapping(ptr_, bytes_, impl_);
-  owner_ = nullptr;
-  ptr_ = nullptr;
-  bytes_ = 0;
-  impl_ = nullptr;
-}
+void CloseMapping::release(Device& d, void* ptr, size_t bytes, void* impl) { d.close_mapping(ptr, bytes, impl); }
 
 }  // namespace uipc

@@ -41,17 +41,38 @@ class Event {
   virtual void synchronize() = 0;
 };
 
-// Device memory owned by this process. Movable, not copyable; freed in the destructor.
-class DeviceBuffer {
+// Memory reached through a device and given back through it when the owner goes:
+// `Release` says how (free a buffer, close a mapping). Movable, not copyable.
+template <typename Release>
+class DeviceMemory {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(Device* owner, void* ptr, size_t bytes, void* impl) : owner_(owner), ptr_(ptr), bytes_(bytes), impl_(impl) {}
-  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { reset(); }
-  void reset();
+  DeviceMemory() = default;
+  DeviceMemory(Device* owner, void* ptr, size_t bytes, void* impl) : owner_(owner), ptr_(ptr), bytes_(bytes), impl_(impl) {}
+  DeviceMemory(DeviceMemory&& o) noexcept { *this = std::move(o); }
+  DeviceMemory& operator=(DeviceMemory&& o) noexcept {
+    if (this != &o) {
+      reset();
+      owner_ = o.owner_;
+      ptr_ = o.ptr_;
+      bytes_ = o.bytes_;
+      impl_ = o.impl_;
+      o.owner_ = nullptr;
+      o.ptr_ = nullptr;
+      o.bytes_ = 0;
+      o.impl_ = nullptr;
+    }
+    return *this;
+  }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  ~DeviceMemory() { reset(); }
+  void reset() {
+    if (owner_ && (ptr_ || impl_)) Release::release(*owner_, ptr_, bytes_, impl_);
+    owner_ = nullptr;
+    ptr_ = nullptr;
+    bytes_ = 0;
+    impl_ = nullptr;
+  }
 
   void* get() const { return ptr_; }
   template <typename T>
@@ -67,33 +88,22 @@ class DeviceBuffer {
   void* impl_ = nullptr;
 };
 
+struct FreeBuffer {
+  static void release(Device& d, void* ptr, size_t bytes, void* impl);
+};
+struct CloseMapping {
+  static void release(Device& d, void* ptr, size_t bytes, void* impl);
+};
+
+// Device memory owned by this process; freed in the destructor.
+using DeviceBuffer = DeviceMemory<FreeBuffer>;
+// A peer's exported buffer mapped into this process; closed in the destructor. Close
+// every mapping of a buffer before its exporter frees it.
+using PeerMapping = DeviceMemory<CloseMapping>;
+
 // An exported memory handle, sent as plain bytes (over MPI) to peers of the same node.
 struct IpcHandle {
   std::array<unsigned char, 128> bytes{};
-};
-
-// A peer's exported buffer mapped into this process. Closed in the destructor; close
-// every mapping of a buffer before its exporter frees it.
-class PeerMapping {
- public:
-  PeerMapping() = default;
-  PeerMapping(Device* owner, void* ptr, size_t bytes, void* impl) : owner_(owner), ptr_(ptr), bytes_(bytes), impl_(impl) {}
-  PeerMapping(PeerMapping&& o) noexcept { *this = std::move(o); }
-  PeerMapping& operator=(PeerMapping&& o) noexcept;
-  PeerMapping(const PeerMapping&) = delete;
-  PeerMapping& operator=(const PeerMapping&) = delete;
-  ~PeerMapping() { reset(); }
-  void reset();
-
-  void* get() const { return ptr_; }
-  size_t bytes() const { return bytes_; }
-  void* impl() const { return impl_; }
-
- private:
-  Device* owner_ = nullptr;
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-  void* impl_ = nullptr;
 };
 
 // What a GPU-side wait is for, so that a watchdog message can name it.

@@ -20,6 +20,7 @@
 #include "base/error.hpp"
 #include "comm/bootstrap.hpp"
 #include "comm/exchange_geometry.hpp"
+#include "comm/group_exchange.hpp"
 #include "comm/transport.hpp"
 
 namespace uipc {
@@ -44,28 +45,6 @@ struct Target {
   std::vector<PeerMapping> mapped;   // peers' targets mapped here (none for myself)
   std::vector<void*> peer_ptr;       // where to copy for each peer (mine for myself)
   uint64_t last_used = 0;
-};
-
-struct GroupState {
-  uint64_t epoch = 0;
-  std::unique_ptr<Event> done;
-  bool closed = false;
-  std::string tags;
-};
-
-class IpcExchange : public Exchange {
- public:
-  IpcExchange(void* data, std::shared_ptr<GroupState> g, Device& dev) : data_(data), group_(std::move(g)), dev_(dev) {}
-  void* data() const override { return data_; }
-  void wait(Stream& consumer) override {
-    UIPC_CHECK(group_->closed, "a result was consumed before its group's barrier was submitted");
-    dev_.stream_wait_event(consumer, *group_->done);
-  }
-
- private:
-  void* data_;
-  std::shared_ptr<GroupState> group_;
-  Device& dev_;
 };
 
 class IpcTransport : public Transport {
@@ -120,7 +99,7 @@ class IpcTransport : public Transport {
     }
     iv.second->record(*copy_);
 
-    auto ex = std::make_unique<IpcExchange>(t.mine.get(), group_, dev_);
+    auto ex = std::make_unique<GroupExchange>(t.mine.get(), group_, dev_);
     if (sub.barrier) close_group();
     return ex;
   }
@@ -155,9 +134,10 @@ class IpcTransport : public Transport {
   uint64_t* release_slot(int p, int w) { return static_cast<uint64_t*>(peer_signals_[p]) + peers_ + w; }
 
   void open_group() {
-    group_ = std::make_shared<GroupState>();
+    group_ = std::make_shared<GroupCompletion>();
     group_->epoch = ++epoch_;
     group_->done = dev_.create_event();
+    group_->finisher = copy_.get();
     // Write after read: peers must have released the previous group before we copy
     // into their targets again.
     const uint64_t need = epoch_ - 1;
@@ -264,7 +244,7 @@ class IpcTransport : public Transport {
   std::vector<Target> cache_;
   uint64_t use_clock_ = 0;
   uint64_t epoch_ = 0, released_epoch_ = 0;
-  std::shared_ptr<GroupState> group_;
+  std::shared_ptr<GroupCompletion> group_;
   std::map<Tag, std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>> intervals_;
   TransportStats stats_;
 };

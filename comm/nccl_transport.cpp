@@ -7,6 +7,7 @@
 #include "base/error.hpp"
 #include "comm/collectives.hpp"
 #include "comm/exchange_geometry.hpp"
+#include "comm/group_exchange.hpp"
 #include "comm/transport.hpp"
 
 namespace uipc {
@@ -24,27 +25,6 @@ struct ResultKey {
   }
 };
 
-struct GroupDone {
-  std::unique_ptr<Event> event;
-  Stream* producer = nullptr;
-  bool closed = false;
-};
-
-class NcclExchange : public Exchange {
- public:
-  NcclExchange(void* data, std::shared_ptr<GroupDone> g, Device& dev) : data_(data), group_(std::move(g)), dev_(dev) {}
-  void* data() const override { return data_; }
-  void wait(Stream& consumer) override {
-    UIPC_CHECK(group_->closed, "a result was consumed before its group's barrier was submitted");
-    if (&consumer != group_->producer) dev_.stream_wait_event(consumer, *group_->event);
-  }
-
- private:
-  void* data_;
-  std::shared_ptr<GroupDone> group_;
-  Device& dev_;
-};
-
 class NcclTransport : public Transport {
  public:
   NcclTransport(Device& dev, Collectives& coll) : dev_(dev), coll_(coll) {}
@@ -54,15 +34,15 @@ class NcclTransport : public Transport {
     const int peers = coll_.size();
     UIPC_CHECK(sub.shape.heads % peers == 0, "heads must divide by the group size");
     if (!group_) {
-      group_ = std::make_shared<GroupDone>();
-      group_->event = dev_.create_event();
-      group_->producer = &producer;
+      group_ = std::make_shared<GroupCompletion>();
+      group_->done = dev_.create_event();
+      group_->finisher = &producer;
       pending_.clear();
     }
-    UIPC_CHECK(group_->producer == &producer, "all submissions of a group must come from one stream");
+    UIPC_CHECK(group_->finisher == &producer, "all submissions of a group must come from one stream");
     void* result = result_buffer(sub);
     pending_.push_back(Pending{sub, result});
-    auto ex = std::make_unique<NcclExchange>(result, group_, dev_);
+    auto ex = std::make_unique<GroupExchange>(result, group_, dev_);
     if (sub.barrier) run_group(producer);
     return ex;
   }
@@ -136,7 +116,7 @@ class NcclTransport : public Transport {
       }
       offset += slice;
     }
-    group_->event->record(s);
+    group_->done->record(s);
     group_->closed = true;
     ++stats_.groups;
     ++stats_.handshakes;  // the all-to-all is this group's one synchronisation
@@ -148,7 +128,7 @@ class NcclTransport : public Transport {
   Collectives& coll_;
   std::map<ResultKey, DeviceBuffer> results_;
   DeviceBuffer send_, recv_;
-  std::shared_ptr<GroupDone> group_;
+  std::shared_ptr<GroupCompletion> group_;
   std::vector<Pending> pending_;
   TransportStats stats_;
 };
