@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/error.hpp"
+#include "git_rev.h"
 #include "comm/host_device.hpp"
 #include "lib/deck_cli.hpp"
 #include "lib/report.hpp"

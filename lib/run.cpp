@@ -12,6 +12,7 @@
 #include <ctime>
 
 #include "base/error.hpp"
+#include "git_rev.h"
 #include "comm/bootstrap.hpp"
 #include "lib/layout.hpp"
 #include "lib/pipeline.hpp"
