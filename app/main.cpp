@@ -34,7 +34,8 @@ const char* const kUsage =
     "                        CUDA device, else sim (every rank a simulated GPU on the CPU)]\n"
     "  --case NAME           run only this case (repeatable) [every case that fits N]\n"
     "  --gather T            transport of the output gather: auto | nccl | ipc\n"
-    "                        [auto: nccl; ipc where NCCL cannot run (ranks sharing a GPU)]\n"
+    "                        [auto: nccl; ipc where NCCL cannot run (ranks sharing a GPU)];\n"
+    "                        ipc rides on the scatter's transport when that is ipc or vmm\n"
     "  --watchdog SECONDS    bound on every wait for a peer [the case's watchdog_s]\n"
     "  --cache-entries N     IPC target cache size [12]\n"
     "  --allow-shared-gpu    let several ranks share a GPU (functional testing) [off]\n"
@@ -48,26 +49,14 @@ const char* const kUsage =
     "            4 a peer did not arrive within the watchdog, 130 interrupted\n";
 
 volatile std::sig_atomic_t g_signalled = 0;
+// Set to the exit code once the program is finishing on its own: a SIGTERM that mpirun
+// sends then (because another rank already exited non-zero) must not be reported as an
+// interruption.
+volatile std::sig_atomic_t g_finishing = 0;
+volatile std::sig_atomic_t g_exit_code = 0;
 
-// Error text can carry names from a colleague's deck: control characters (terminal
-// escapes, newlines) are shown as \xNN so one error stays one harmless line.
-std::string printable(const char* what) {
-  std::string out;
-  for (const char* p = what; *p; ++p) {
-    const unsigned char ch = static_cast<unsigned char>(*p);
-    if (ch < 0x20 || ch == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", ch);
-      out += buf;
-    } else {
-      out += static_cast<char>(ch);
-    }
-  }
-  return out;
-}
-
-// SIGINT/SIGTERM: leave nothing behind (shared memory, a half-written report) and exit.
 extern "C" void on_signal(int sig) {
+  if (g_finishing) _exit(g_exit_code);
   g_signalled = sig;
   uipc::host_unlink_all_shm();
   uipc::remove_partial_report();
@@ -161,7 +150,7 @@ int main(int argc, char** argv) {
     try {
       return uipc::deck_command(argc - 2, argv + 2);
     } catch (const uipc::Error& e) {
-      std::fprintf(stderr, "ulysses-ipc deck: error: %s\n", printable(e.what()).c_str());
+      std::fprintf(stderr, "ulysses-ipc deck: error: %s\n", uipc::printable(e.what()).c_str());
       return e.exit_code();
     }
   }
@@ -198,23 +187,27 @@ int main(int argc, char** argv) {
     }
   } catch (const uipc::CollectiveError& e) {
     // Every rank has it: say it once and finish cleanly.
-    if (rank == 0) std::fprintf(stderr, "ulysses-ipc: error: %s\n", printable(e.what()).c_str());
+    if (rank == 0) std::fprintf(stderr, "ulysses-ipc: error: %s\n", uipc::printable(e.what()).c_str());
+    g_exit_code = e.exit_code();
+    g_finishing = 1;
     MPI_Finalize();
     return e.exit_code();
   } catch (const uipc::Error& e) {
     // This rank alone may have it: say it with the rank, and take the others down.
-    std::fprintf(stderr, "ulysses-ipc: error on rank %d: %s\n", rank, printable(e.what()).c_str());
+    std::fprintf(stderr, "ulysses-ipc: error on rank %d: %s\n", rank, uipc::printable(e.what()).c_str());
     std::fflush(stderr);
     uipc::host_unlink_all_shm();
     MPI_Abort(MPI_COMM_WORLD, e.exit_code());
     return e.exit_code();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ulysses-ipc: internal error on rank %d: %s\n", rank, printable(e.what()).c_str());
+    std::fprintf(stderr, "ulysses-ipc: internal error on rank %d: %s\n", rank, uipc::printable(e.what()).c_str());
     std::fflush(stderr);
     uipc::host_unlink_all_shm();
     MPI_Abort(MPI_COMM_WORLD, uipc::kExitRuntime);
     return uipc::kExitRuntime;
   }
+  g_exit_code = code;
+  g_finishing = 1;
   MPI_Finalize();
   return code;
 }

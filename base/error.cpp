@@ -5,10 +5,40 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 
 namespace uipc {
 namespace {
 std::atomic<int> g_rank{-1};
+}
+
+// Error text that reached rank 0 from a deck may quote the deck's own bytes (names,
+// string values): control characters and invalid UTF-8 are shown as \xNN so that every
+// rank prints one line of valid UTF-8 and a deck cannot send terminal escape sequences.
+std::string printable(const std::string& s) {
+  std::string out;
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto at = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+    const unsigned char c = at(0);
+    size_t len = c < 0x80 ? 1 : (c >= 0xc2 && c <= 0xdf) ? 2 : (c >> 4) == 0xe ? 3 : (c >= 0xf0 && c <= 0xf4) ? 4 : 0;
+    bool ok = len > 0 && i + len <= s.size();
+    for (size_t k = 1; ok && k < len; ++k) ok = (at(k) & 0xc0) == 0x80;
+    if (ok && len == 1) ok = c >= 0x20 && c != 0x7f;
+    if (ok && len == 2) ok = !(c == 0xc2 && at(1) < 0xa0);                                   // C1 controls
+    if (ok && len == 3) ok = !(c == 0xe0 && at(1) < 0xa0) && !(c == 0xed && at(1) >= 0xa0);  // overlong, surrogates
+    if (ok && len == 4) ok = !(c == 0xf0 && at(1) < 0x90) && !(c == 0xf4 && at(1) >= 0x90);
+    if (ok) {
+      out.append(s, i, len);
+      i += len;
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+      ++i;
+    }
+  }
+  return out;
 }
 
 void set_error_rank(int rank) { g_rank.store(rank); }

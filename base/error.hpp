@@ -60,6 +60,11 @@ class CollectiveError : public Error {
 // Used for the phases that every rank runs alike (options, deck, plan).
 void collective_phase(MPI_Comm comm, const std::function<void()>& fn);
 
+// Error text may quote a deck's own bytes (names, string values): control characters
+// and invalid UTF-8 become \xNN, so every message is one line of valid UTF-8 and a deck
+// cannot send terminal escape sequences. Idempotent.
+std::string printable(const std::string& s);
+
 // Tells error messages which rank they come from (set once after MPI_Init).
 void set_error_rank(int rank);
 int error_rank();

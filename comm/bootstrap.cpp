@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include "base/error.hpp"
@@ -86,13 +87,14 @@ void wait_bounded(MPI_Request* reqs, int n, double timeout_s, const std::string&
     nap = std::min(nap * 2, std::chrono::microseconds(2000));
   }
   // Name the peers whose messages never came (when the requests say who they are).
-  std::string missing;
+  std::set<int> absent;  // a peer has a receive and a send: name it once
   for (int i = 0; i < n && i < static_cast<int>(peer_of_request.size()); ++i) {
     int flag = 0;
     if (reqs[i] != MPI_REQUEST_NULL) MPI_Request_get_status(reqs[i], &flag, MPI_STATUS_IGNORE);
-    if (reqs[i] != MPI_REQUEST_NULL && !flag)
-      missing += (missing.empty() ? "" : ", ") + std::to_string(peer_of_request[i]);
+    if (reqs[i] != MPI_REQUEST_NULL && !flag) absent.insert(peer_of_request[i]);
   }
+  std::string missing;
+  for (int p : absent) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
   char buf[64];
   snprintf(buf, sizeof(buf), "%.1f", timeout_s);
   // The requests cannot complete any more; the caller exits with this error.

@@ -1,19 +1,23 @@
-// The CUDA device layer: memory, IPC export/open, prioritized streams, timing events,
-// pitched copies and the 64-bit stream memory operations of the epoch handshake, with
-// host waits bounded by the watchdog. The driver library is never linked: its entry
+// The CUDA device layer: memory, IPC export/open, VMM allocations shared as POSIX file
+// descriptors, prioritized streams, timing events, pitched copies and the 64-bit stream
+// memory operations of the epoch handshake, with host waits bounded by the watchdog. The driver library is never linked: its entry
 // points come through cudaGetDriverEntryPointByVersion, so the binary also starts on a
 // machine without a driver (and then reports no usable device).
 #include "comm/cuda_device.hpp"
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -31,6 +35,22 @@ using PfnGetErrorText = CUresult (*)(CUresult, const char**);
 using PfnDeviceGetAttribute = CUresult (*)(int*, CUdevice_attribute, CUdevice);
 using PfnDeviceGet = CUresult (*)(CUdevice*, int);
 
+// The virtual memory management entry points of the vmm path. decltype of the
+// declarations in cuda.h: the types only, nothing is linked.
+struct VmmApi {
+  decltype(&::cuMemGetAllocationGranularity) get_granularity = nullptr;
+  decltype(&::cuMemCreate) create = nullptr;
+  decltype(&::cuMemRelease) release = nullptr;
+  decltype(&::cuMemAddressReserve) address_reserve = nullptr;
+  decltype(&::cuMemAddressFree) address_free = nullptr;
+  decltype(&::cuMemMap) map = nullptr;
+  decltype(&::cuMemUnmap) unmap = nullptr;
+  decltype(&::cuMemSetAccess) set_access = nullptr;
+  decltype(&::cuMemExportToShareableHandle) export_handle = nullptr;
+  decltype(&::cuMemImportFromShareableHandle) import_handle = nullptr;
+  decltype(&::cuMemGetAllocationPropertiesFromHandle) get_properties = nullptr;
+};
+
 struct DriverApi {
   PfnStreamValue64 write_value64 = nullptr;
   PfnStreamValue64 wait_value64 = nullptr;
@@ -39,6 +59,9 @@ struct DriverApi {
   PfnDeviceGetAttribute device_get_attribute = nullptr;
   PfnDeviceGet device_get = nullptr;
   std::string missing;  // names of entry points not found (empty: all there)
+  VmmApi vmm;
+  // Missing VMM entry points, kept apart: they disqualify the vmm path only, not ipc.
+  std::string vmm_missing;
 };
 
 // The ABI version we ask for: the CUDA 12.0 signatures (the v2 memops), which the
@@ -68,6 +91,17 @@ const DriverApi& driver_api() {
     load_entry("cuGetErrorName", api.get_error_name, api.missing);
     load_entry("cuDeviceGetAttribute", api.device_get_attribute, api.missing);
     load_entry("cuDeviceGet", api.device_get, api.missing);
+    load_entry("cuMemGetAllocationGranularity", api.vmm.get_granularity, api.vmm_missing);
+    load_entry("cuMemCreate", api.vmm.create, api.vmm_missing);
+    load_entry("cuMemRelease", api.vmm.release, api.vmm_missing);
+    load_entry("cuMemAddressReserve", api.vmm.address_reserve, api.vmm_missing);
+    load_entry("cuMemAddressFree", api.vmm.address_free, api.vmm_missing);
+    load_entry("cuMemMap", api.vmm.map, api.vmm_missing);
+    load_entry("cuMemUnmap", api.vmm.unmap, api.vmm_missing);
+    load_entry("cuMemSetAccess", api.vmm.set_access, api.vmm_missing);
+    load_entry("cuMemExportToShareableHandle", api.vmm.export_handle, api.vmm_missing);
+    load_entry("cuMemImportFromShareableHandle", api.vmm.import_handle, api.vmm_missing);
+    load_entry("cuMemGetAllocationPropertiesFromHandle", api.vmm.get_properties, api.vmm_missing);
   });
   return api;
 }
@@ -222,6 +256,75 @@ IpcKey key_of(const IpcHandle& h) {
   return k;
 }
 
+// ---------------------------------------------------------------- VMM bookkeeping
+
+// The impl of a buffer made by alloc_fd_shareable and of a mapping made by import_fd:
+// the physical allocation's handle and the size of the mapped (and reserved) range,
+// a whole number of granules. Told apart from the other impls by its magic.
+constexpr uint64_t kVmmRangeMagic = 0x75697063'766d6d31ull;  // "uipcvmm1"
+
+struct VmmRange {
+  uint64_t magic = kVmmRangeMagic;
+  CUmemGenericAllocationHandle handle = 0;
+  size_t size = 0;
+};
+
+bool is_vmm_range(const void* impl) {
+  return impl != nullptr && static_cast<const VmmRange*>(impl)->magic == kVmmRangeMagic;
+}
+
+size_t round_up(size_t n, size_t granule) { return (n + granule - 1) / granule * granule; }
+
+// Gives back what a VMM buffer or mapping holds, in the reverse order of making it;
+// any step may be absent (a half-made range on an error path). Called from destructors:
+// reports failures, never throws.
+void release_vmm(CUdeviceptr ptr, const VmmRange& r, bool mapped) {
+  const VmmApi& vmm = driver_api().vmm;
+  auto report = [](const char* what, CUresult rc) {
+    if (rc != CUDA_SUCCESS)
+      std::fprintf(stderr, "ulysses-ipc: %s failed: %s (%s)\n", what, cu_error_string(rc).c_str(),
+                   error_where(__FILE__, __LINE__).c_str());
+  };
+  if (mapped) report("cuMemUnmap", vmm.unmap(ptr, r.size));  // synchronous: no copy still uses it
+  if (ptr) report("cuMemAddressFree", vmm.address_free(ptr, r.size));
+  if (r.handle) report("cuMemRelease", vmm.release(r.handle));
+}
+
+// A VMM range under construction: released unless the caller takes it.
+class VmmRangeGuard {
+ public:
+  VmmRangeGuard() : range_(std::make_unique<VmmRange>()) {}
+  ~VmmRangeGuard() {
+    if (range_) release_vmm(ptr_, *range_, mapped_);
+  }
+  VmmRangeGuard(const VmmRangeGuard&) = delete;
+  VmmRangeGuard& operator=(const VmmRangeGuard&) = delete;
+  VmmRange& range() { return *range_; }
+  CUdeviceptr& ptr() { return ptr_; }
+  void set_mapped() { mapped_ = true; }
+  VmmRange* take() { return range_.release(); }
+
+ private:
+  std::unique_ptr<VmmRange> range_;
+  CUdeviceptr ptr_ = 0;
+  bool mapped_ = false;
+};
+
+// A descriptor owned until it is handed over (close on every early exit).
+class FdGuard {
+ public:
+  explicit FdGuard(int fd) : fd_(fd) {}
+  ~FdGuard() {
+    if (fd_ >= 0) close(fd_);
+  }
+  FdGuard(const FdGuard&) = delete;
+  FdGuard& operator=(const FdGuard&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
 // ---------------------------------------------------------------- the device
 
 class CudaDevice : public Device {
@@ -238,6 +341,7 @@ class CudaDevice : public Device {
     name_ = std::string(prop.name) + " (" + std::to_string(ordinal_) + ")";
     UIPC_CUDA_CHECK(cudaStreamCreateWithFlags(&probe_, cudaStreamNonBlocking));
     ipc_reason_ = compute_ipc_reason();
+    vmm_reason_ = compute_vmm_reason();
   }
   ~CudaDevice() override { cudaStreamDestroy(probe_); }
 
@@ -246,6 +350,7 @@ class CudaDevice : public Device {
   int ordinal() const override { return ordinal_; }
   const std::string& ipc_reason() const { return ipc_reason_; }
   std::string ipc_ineligible_reason() override { return ipc_reason_; }
+  std::string vmm_ineligible_reason() override { return vmm_reason_; }
   std::string peer_ineligible_reason(int peer_ordinal) override {
     if (cuda_can_access_peer(ordinal_, peer_ordinal)) return {};
     return "GPU " + std::to_string(ordinal_) + " cannot access the memory of GPU " + std::to_string(peer_ordinal) +
@@ -293,6 +398,52 @@ class CudaDevice : public Device {
     }
     ++entry.refs;
     return PeerMapping(this, entry.ptr, bytes, nullptr);
+  }
+
+  // Pinned device memory from cuMemCreate, requested shareable as a POSIX descriptor,
+  // mapped at a reserved address with read/write access for this device.
+  DeviceBuffer alloc_fd_shareable(size_t bytes) override {
+    const VmmApi& vmm = require_vmm();
+    UIPC_CUDA_CHECK(cudaSetDevice(ordinal_));  // the driver calls below act on the current context
+    CUmemAllocationProp prop = allocation_prop();
+    size_t granule = 0;
+    UIPC_CU_CHECK(vmm.get_granularity(&granule, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    VmmRangeGuard g;
+    g.range().size = round_up(std::max<size_t>(bytes, 1), granule);
+    UIPC_CU_CHECK(vmm.create(&g.range().handle, g.range().size, &prop, 0));
+    map_range(g, granule);
+    const CUdeviceptr ptr = g.ptr();
+    return DeviceBuffer(this, reinterpret_cast<void*>(ptr), bytes, g.take());
+  }
+
+  int export_fd(const DeviceBuffer& buf) override {
+    UIPC_CHECK(is_vmm_range(buf.impl()), "export_fd: the buffer was not allocated with alloc_fd_shareable");
+    const VmmApi& vmm = require_vmm();
+    int fd = -1;
+    UIPC_CU_CHECK(vmm.export_handle(&fd, static_cast<const VmmRange*>(buf.impl())->handle,
+                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    return fd;
+  }
+
+  PeerMapping import_fd(int fd, size_t bytes) override {
+    FdGuard owned(fd);  // ours from here on; the imported handle keeps the memory
+    UIPC_CHECK(fd >= 0, "import_fd: invalid descriptor " + std::to_string(fd));
+    const VmmApi& vmm = require_vmm();
+    UIPC_CUDA_CHECK(cudaSetDevice(ordinal_));
+    VmmRangeGuard g;
+    // The driver reads the descriptor from the pointer-sized argument itself.
+    UIPC_CU_CHECK(vmm.import_handle(&g.range().handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    // The granule of the memory's own device (the exporter's GPU), which its size is a
+    // whole number of.
+    CUmemAllocationProp prop{};
+    UIPC_CU_CHECK(vmm.get_properties(&prop, g.range().handle));
+    size_t granule = 0;
+    UIPC_CU_CHECK(vmm.get_granularity(&granule, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    g.range().size = round_up(std::max<size_t>(bytes, 1), granule);
+    map_range(g, granule);
+    const CUdeviceptr ptr = g.ptr();
+    return PeerMapping(this, reinterpret_cast<void*>(ptr), bytes, g.take());
   }
 
   void copy_to_device(void* dst, const void* src, size_t bytes) override {
@@ -369,7 +520,11 @@ class CudaDevice : public Device {
 
   void free_buffer(void* ptr, size_t bytes, void* impl) override {
     (void)bytes;
-    (void)impl;
+    if (is_vmm_range(impl)) {
+      std::unique_ptr<VmmRange> r(static_cast<VmmRange*>(impl));
+      release_vmm(reinterpret_cast<CUdeviceptr>(ptr), *r, true);
+      return;
+    }
     {
       auto& reg = ipc_registry();
       std::lock_guard<std::mutex> lock(reg.m);
@@ -386,6 +541,11 @@ class CudaDevice : public Device {
   void close_mapping(void* ptr, size_t bytes, void* impl) override {
     (void)bytes;
     if (impl == &g_self_mapping_tag) return;  // our own buffer: freed by its DeviceBuffer
+    if (is_vmm_range(impl)) {
+      std::unique_ptr<VmmRange> r(static_cast<VmmRange*>(impl));
+      release_vmm(reinterpret_cast<CUdeviceptr>(ptr), *r, true);
+      return;
+    }
     auto& reg = ipc_registry();
     std::lock_guard<std::mutex> lock(reg.m);
     for (auto it = reg.opened.begin(); it != reg.opened.end(); ++it) {
@@ -422,6 +582,56 @@ class CudaDevice : public Device {
     return driver_api();
   }
 
+  const VmmApi& require_vmm() {
+    UIPC_CHECK(vmm_reason_.empty(), "VMM file-descriptor memory is not available on " + name_ + ": " + vmm_reason_);
+    return driver_api().vmm;
+  }
+
+  // Pinned memory on this GPU whose handle can be exported as a POSIX descriptor.
+  CUmemAllocationProp allocation_prop() const {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = ordinal_;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    return prop;
+  }
+
+  // Reserves an address range for g's allocation, maps it and grants this device
+  // read/write access (peers' memory too: that is what copies into it need).
+  void map_range(VmmRangeGuard& g, size_t granule) {
+    const VmmApi& vmm = driver_api().vmm;
+    UIPC_CU_CHECK(vmm.address_reserve(&g.ptr(), g.range().size, granule, 0, 0));
+    UIPC_CU_CHECK(vmm.map(g.ptr(), g.range().size, 0, g.range().handle, 0));
+    g.set_mapped();
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = ordinal_;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    UIPC_CU_CHECK(vmm.set_access(g.ptr(), g.range().size, &access, 1));
+  }
+
+  // Why the vmm path cannot run here: everything the IPC path needs (the epoch words
+  // take the same 64-bit stream memory operations, now on VMM-mapped memory), plus
+  // virtual memory management and POSIX-descriptor handles.
+  std::string compute_vmm_reason() const {
+    if (!ipc_reason_.empty()) return ipc_reason_;
+    const auto& api = driver_api();
+    if (!api.vmm_missing.empty()) return "CUDA driver VMM entry points not found: " + api.vmm_missing;
+    CUdevice cu_dev = 0;
+    if (api.device_get(&cu_dev, ordinal_) != CUDA_SUCCESS) return "cuDeviceGet failed";
+    int v = 0;
+    if (api.device_get_attribute(&v, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, cu_dev) != CUDA_SUCCESS)
+      return "cuDeviceGetAttribute(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) failed";
+    if (v != 1) return "the driver does not offer virtual memory management on " + name_;
+    v = 0;
+    if (api.device_get_attribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, cu_dev) !=
+        CUDA_SUCCESS)
+      return "cuDeviceGetAttribute(HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED) failed";
+    if (v != 1) return "the driver cannot share VMM memory as POSIX file descriptors on " + name_;
+    return {};
+  }
+
   std::string compute_ipc_reason() const {
     const auto& api = driver_api();
     if (!api.missing.empty()) return "CUDA driver entry points not found: " + api.missing;
@@ -439,6 +649,7 @@ class CudaDevice : public Device {
   int ordinal_;
   std::string name_;
   std::string ipc_reason_;
+  std::string vmm_reason_;
   cudaStream_t probe_ = nullptr;
 };
 

@@ -126,6 +126,16 @@ class Device {
   // Every peer has opened `buf`: drop whatever names it in the system (the host
   // device's /dev/shm entry), so that nothing outlives the run. Mappings stay valid.
   virtual void seal_export(const DeviceBuffer& buf) { (void)buf; }
+  // Library-owned memory shared as POSIX file descriptors (the vmm transport): CUDA
+  // VMM allocations with POSIX-fd handles, memfd on the host device. Descriptors carry
+  // no name, so nothing is left in the system when a process dies. The defaults throw
+  // "not supported on this device"; vmm_ineligible_reason() says so up front.
+  virtual DeviceBuffer alloc_fd_shareable(size_t bytes);
+  // A new descriptor for `buf` (allocated with alloc_fd_shareable); the caller closes it.
+  virtual int export_fd(const DeviceBuffer& buf);
+  // Maps the first `bytes` of the memory behind `fd` (from a peer's export_fd). Takes
+  // ownership of fd: it is closed here, on success and on failure.
+  virtual PeerMapping import_fd(int fd, size_t bytes);
   // Synchronous host <-> device transfers (setup and checking, not the data path).
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
@@ -159,6 +169,9 @@ class Device {
   // --- IPC eligibility
   // Why this device cannot take part in the IPC transport ("" = it can).
   virtual std::string ipc_ineligible_reason() { return ""; }
+  // Why this device cannot take part in the vmm transport beyond the IPC checks ("" =
+  // it can): file-descriptor shareable memory that takes stream memory operations.
+  virtual std::string vmm_ineligible_reason() { return "not supported"; }
   // The device's ordinal on its node (CUDA), -1 for the host device.
   virtual int ordinal() const { return -1; }
   // Why this device cannot copy into a peer device's memory ("" = it can).

@@ -1,5 +1,5 @@
-// The host (simulation-mode) device: "device memory" is process memory or POSIX shared
-// memory, every stream is an in-order queue served by its own worker thread, events are
+// The host (simulation-mode) device: "device memory" is process memory, POSIX shared
+// memory (IPC-handle path) or memfd (file-descriptor path), every stream is an in-order queue served by its own worker thread, events are
 // completion records with steady_clock times, and the epoch words are 64-bit atomics in
 // shared memory whose waiters sleep on a futex. The transport protocols run unchanged on
 // top of it, so CI exercises them on the CPU.
@@ -142,6 +142,23 @@ struct HandleLayout {
 };
 constexpr uint64_t kHandleMagic = 0x75697063'68646c31ull;  // "uipchdl1"
 static_assert(HandleLayout::kNameCapacity >= kShmNameMax, "an IpcHandle must hold a segment name");
+
+// ---------------------------------------------------------------------------------------
+// Descriptor-shared memory (the host analog of a CUDA VMM allocation with a POSIX-fd
+// handle): an anonymous memfd, mapped shared. It has no name anywhere, so nothing can be
+// left behind in /dev/shm, whatever way the process ends.
+
+constexpr uint64_t kMemfdSegmentMagic = 0x75697063'6d666431ull;  // "uipcmfd1"
+
+struct MemfdSegment {
+  uint64_t magic = kMemfdSegmentMagic;
+  int fd = -1;  // kept for export_fd (dup'ed per export); closed when the buffer goes
+  size_t mapped_bytes = 0;
+};
+
+// Both segment kinds start with their magic (standard layout), so the kind of a
+// buffer's impl can be told by reading the first word.
+uint64_t segment_magic(const void* impl) { return *static_cast<const uint64_t*>(impl); }
 
 // ---------------------------------------------------------------------------------------
 // Epoch words: 64-bit atomics; sleepers use a shared (non-private) futex on the low half,
@@ -558,6 +575,54 @@ class HostDevice final : public Device {
     return PeerMapping(this, ptr, bytes, nullptr);
   }
 
+  DeviceBuffer alloc_fd_shareable(size_t bytes) override {
+    auto seg = std::make_unique<MemfdSegment>();
+    seg->mapped_bytes = std::max<size_t>(bytes, 1);
+    seg->fd = memfd_create("uipc-vmm", MFD_CLOEXEC);
+    UIPC_CHECK(seg->fd >= 0, "alloc_fd_shareable: memfd_create failed: " + errno_text(errno));
+    auto fail = [&](const std::string& what, int err) {
+      close(seg->fd);
+      throw_runtime("alloc_fd_shareable: " + what + " of " + std::to_string(bytes) + " bytes failed: " + errno_text(err),
+                    __FILE__, __LINE__);
+    };
+    if (ftruncate(seg->fd, static_cast<off_t>(seg->mapped_bytes)) != 0) fail("ftruncate", errno);
+    // Reserve the pages now: running out of memory is then an error here, not a SIGBUS later.
+    int rc = posix_fallocate(seg->fd, 0, static_cast<off_t>(seg->mapped_bytes));
+    if (rc != 0) fail("posix_fallocate", rc);
+    void* ptr = mmap(nullptr, seg->mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, seg->fd, 0);
+    if (ptr == MAP_FAILED) fail("mmap", errno);
+    return DeviceBuffer(this, ptr, bytes, seg.release());  // a fresh memfd reads as zeros
+  }
+
+  int export_fd(const DeviceBuffer& buf) override {
+    auto* seg = static_cast<MemfdSegment*>(buf.impl());
+    UIPC_CHECK(seg != nullptr && seg->magic == kMemfdSegmentMagic,
+               "export_fd: the buffer was not allocated with alloc_fd_shareable on the host device");
+    int fd = fcntl(seg->fd, F_DUPFD_CLOEXEC, 0);
+    UIPC_CHECK(fd >= 0, "export_fd: dup of the memfd failed: " + errno_text(errno));
+    return fd;
+  }
+
+  PeerMapping import_fd(int fd, size_t bytes) override {
+    UIPC_CHECK(fd >= 0, "import_fd: invalid descriptor " + std::to_string(fd));
+    size_t map_bytes = std::max<size_t>(bytes, 1);
+    // A mapping past the end of the memory would turn a bad descriptor into a SIGBUS later.
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < map_bytes) {
+      close(fd);
+      throw_runtime("import_fd: the descriptor's memory is smaller than the " + std::to_string(map_bytes) +
+                        " bytes asked for",
+                    __FILE__, __LINE__);
+    }
+    void* ptr = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int err = errno;
+    close(fd);  // the mapping keeps the memory
+    UIPC_CHECK(ptr != MAP_FAILED, "import_fd: mmap failed: " + errno_text(err));
+    return PeerMapping(this, ptr, bytes, nullptr);
+  }
+
+  std::string vmm_ineligible_reason() override { return ""; }
+
   void copy_to_device(void* dst, const void* src, size_t bytes) override { copy_sync(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { copy_sync(dst, src, bytes); }
 
@@ -698,6 +763,13 @@ class HostDevice final : public Device {
       std::free(ptr);
       return;
     }
+    if (segment_magic(impl) == kMemfdSegmentMagic) {
+      auto* mseg = static_cast<MemfdSegment*>(impl);
+      if (ptr) munmap(ptr, mseg->mapped_bytes);
+      close(mseg->fd);  // the memory goes with the last descriptor or mapping, peers' too
+      delete mseg;
+      return;
+    }
     auto* seg = static_cast<ShmSegment*>(impl);
     if (ptr) munmap(ptr, seg->mapped_bytes);
     if (!seg->sealed) unlink_owned_name(seg->name, seg->slot);
@@ -709,6 +781,8 @@ class HostDevice final : public Device {
   }
 
   void seal_export(const DeviceBuffer& buf) override {
+    // A memfd buffer has no name to drop.
+    if (buf.impl() != nullptr && segment_magic(buf.impl()) == kMemfdSegmentMagic) return;
     ShmSegment& seg = segment_of(buf, "seal_export");
     if (seg.sealed) return;
     unlink_owned_name(seg.name, seg.slot);

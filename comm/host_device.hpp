@@ -1,7 +1,8 @@
 // The host (simulation-mode) device: what kernels and tests need beyond comm/device.hpp.
-// Device memory is process memory (exportable buffers: POSIX shared memory), every
-// stream is an in-order queue served by its own worker thread, and the 64-bit epoch
-// words are atomics in shared memory.
+// Device memory is process memory (exportable buffers: POSIX shared memory, named in
+// /dev/shm; descriptor-shared buffers: memfd, named nowhere), every stream is an
+// in-order queue served by its own worker thread, and the 64-bit epoch words are
+// atomics in shared memory.
 #pragma once
 
 #include <functional>

@@ -1,6 +1,18 @@
-// The IPC transport: every rank copies its slices straight from the (possibly strided)
-// source view into each peer's cached final-layout target, on a high-priority copy
-// stream, and a group of submissions (Q, K, V) pays one GPU-side epoch handshake.
+// The IPC transports (`ipc` and `vmm`): every rank copies its slices straight from the
+// (possibly strided) source view into each peer's cached final-layout target, on a
+// high-priority copy stream, and a group of submissions (Q, K, V) pays one GPU-side
+// epoch handshake. The two differ only in how targets and signal words are allocated,
+// shared and mapped (the MappingPath below); the protocol is this one code:
+//  - ipc: device allocations, IPC handles exchanged over MPI (cudaIpc*; /dev/shm names
+//    on the host device), sealed once every peer has opened them;
+//  - vmm: library-owned memory (CUDA VMM: cuMemCreate with POSIX-descriptor handles;
+//    memfd on the host device), descriptors passed over Unix sockets (comm/fd_exchange).
+// Why VMM + descriptors and not NCCL 2.28 registered windows for the library-owned path:
+// the protocol needs pitched copy-engine copies into its own final-layout targets and
+// its own epoch words driven by stream memory operations. VMM gives exactly that memory
+// and those mappings without tying the data path to a NCCL communicator (which cannot
+// even be created for several ranks on one GPU), whereas windows would make the
+// transport that is meant to be the alternative to NCCL depend on NCCL.
 //
 // Epoch protocol (per communicator; group g has epoch e = g + 1):
 //   copy stream, first submission of a group:
@@ -20,6 +32,7 @@
 #include "base/error.hpp"
 #include "comm/bootstrap.hpp"
 #include "comm/exchange_geometry.hpp"
+#include "comm/fd_exchange.hpp"
 #include "comm/group_exchange.hpp"
 #include "comm/transport.hpp"
 
@@ -47,21 +60,107 @@ struct Target {
   uint64_t last_used = 0;
 };
 
+enum class MappingKind { kIpcHandle, kFileDescriptor };
+
+// How a transport's shareable memory (targets and signal words) is allocated and made
+// visible to every rank of the group. Collective where it talks to peers.
+class MappingPath {
+ public:
+  virtual ~MappingPath() = default;
+  virtual const char* transport_name() const = 0;
+  virtual DeviceBuffer alloc(size_t bytes) = 0;
+  // Shares `buf` with every rank of the group and maps every peer's into `maps`;
+  // returns where to write for each rank (`buf` itself for this rank).
+  virtual std::vector<void*> exchange(const DeviceBuffer& buf, size_t bytes, std::vector<PeerMapping>& maps,
+                                      const std::string& what) = 0;
+};
+
+// IPC handles as bytes over MPI; every peer opens them, then the names are sealed.
+class IpcHandlePath final : public MappingPath {
+ public:
+  IpcHandlePath(Device& dev, const MpiComm& comm) : dev_(dev), comm_(comm) {}
+  const char* transport_name() const override { return "ipc"; }
+  DeviceBuffer alloc(size_t bytes) override { return dev_.alloc(bytes, /*exportable=*/true); }
+  std::vector<void*> exchange(const DeviceBuffer& buf, size_t bytes, std::vector<PeerMapping>& maps,
+                              const std::string& what) override {
+    const int me = comm_.rank(), peers = comm_.size();
+    IpcHandle mine = dev_.export_handle(buf);
+    std::vector<IpcHandle> all(peers);
+    allgather_bounded(comm_.get(), mine.bytes.data(), static_cast<int>(mine.bytes.size()), all.data(),
+                      dev_.watchdog_seconds(), what);
+    std::vector<void*> ptrs(peers, nullptr);
+    maps.clear();
+    for (int p = 0; p < peers; ++p) {
+      if (p == me) {
+        ptrs[p] = buf.get();
+        continue;
+      }
+      maps.push_back(dev_.open_handle(all[p], bytes));
+      ptrs[p] = maps.back().get();
+    }
+    barrier_bounded(comm_.get(), dev_.watchdog_seconds(), what + " (opened)");
+    dev_.seal_export(buf);
+    return ptrs;
+  }
+
+ private:
+  Device& dev_;
+  const MpiComm& comm_;
+};
+
+// Library-owned memory shared as file descriptors over Unix sockets. A descriptor names
+// nothing in the system, so there is nothing to seal and nothing a crash leaves behind;
+// an exporter may free its buffer while a descriptor is in flight (the descriptor keeps
+// the memory), so no barrier is needed after the imports.
+class FileDescriptorPath final : public MappingPath {
+ public:
+  FileDescriptorPath(Device& dev, const MpiComm& comm)
+      : dev_(dev), me_(comm.rank()), fdx_(comm.get(), dev.watchdog_seconds()) {}
+  const char* transport_name() const override { return "vmm"; }
+  DeviceBuffer alloc(size_t bytes) override { return dev_.alloc_fd_shareable(bytes); }
+  std::vector<void*> exchange(const DeviceBuffer& buf, size_t bytes, std::vector<PeerMapping>& maps,
+                              const std::string& what) override {
+    UniqueFd mine(dev_.export_fd(buf));
+    std::vector<UniqueFd> all = fdx_.allgather(mine.get(), dev_.watchdog_seconds(), what);
+    std::vector<void*> ptrs(all.size(), nullptr);
+    maps.clear();
+    for (size_t p = 0; p < all.size(); ++p) {
+      if (static_cast<int>(p) == me_) {
+        ptrs[p] = buf.get();
+        continue;
+      }
+      maps.push_back(dev_.import_fd(all[p].release(), bytes));
+      ptrs[p] = maps.back().get();
+    }
+    return ptrs;
+  }
+
+ private:
+  Device& dev_;
+  int me_;
+  FdExchange fdx_;
+};
+
 class IpcTransport : public Transport {
  public:
-  IpcTransport(Device& dev, MPI_Comm group, int capacity)
+  IpcTransport(Device& dev, MPI_Comm group, int capacity, MappingKind kind)
       : dev_(dev), comm_(dup_comm(group)), capacity_(std::max(1, capacity)) {
     me_ = comm_.rank();
     peers_ = comm_.size();
+    if (kind == MappingKind::kFileDescriptor)
+      path_ = std::make_unique<FileDescriptorPath>(dev_, comm_);
+    else
+      path_ = std::make_unique<IpcHandlePath>(dev_, comm_);
     copy_ = dev_.create_stream(StreamPriority::kHigh);
     ready_evt_ = dev_.create_event();
     released_ = dev_.create_event();
     // Signal words: ready[peers] then release[peers], zero (device memory starts zeroed
     // on the host device; set explicitly for CUDA).
-    signals_ = dev_.alloc(2 * peers_ * sizeof(uint64_t), /*exportable=*/true);
+    signals_ = path_->alloc(2 * peers_ * sizeof(uint64_t));
     std::vector<uint64_t> zeros(2 * peers_, 0);
     dev_.copy_to_device(signals_.get(), zeros.data(), zeros.size() * sizeof(uint64_t));
-    peer_signals_ = exchange(signals_, 2 * peers_ * sizeof(uint64_t), signal_maps_, "the signal-word exchange");
+    peer_signals_ =
+        path_->exchange(signals_, 2 * peers_ * sizeof(uint64_t), signal_maps_, "the signal-word exchange");
   }
 
   ~IpcTransport() override {
@@ -73,7 +172,7 @@ class IpcTransport : public Transport {
     }
   }
 
-  std::string name() const override { return "ipc"; }
+  std::string name() const override { return path_->transport_name(); }
 
   std::unique_ptr<Exchange> submit(const Submission& sub, Stream& producer) override {
     UIPC_CHECK(sub.shape.heads % peers_ == 0, "heads must divide by the group size");
@@ -189,33 +288,11 @@ class IpcTransport : public Transport {
     Target t;
     t.key = key;
     size_t bytes = static_cast<size_t>(exchange_result_elems(sub.shape)) * dtype_size(sub.shape.dtype);
-    t.mine = dev_.alloc(bytes, /*exportable=*/true);
-    t.peer_ptr = exchange(t.mine, bytes, t.mapped, "the target exchange for " + key.describe());
+    t.mine = path_->alloc(bytes);
+    t.peer_ptr = path_->exchange(t.mine, bytes, t.mapped, "the target exchange for " + key.describe());
     t.last_used = use_clock_;
     cache_.push_back(std::move(t));
     return cache_.back();
-  }
-
-  // Exports `buf`, opens every peer's, returns where to write for each rank.
-  std::vector<void*> exchange(const DeviceBuffer& buf, size_t bytes, std::vector<PeerMapping>& maps,
-                              const std::string& what) {
-    IpcHandle mine = dev_.export_handle(buf);
-    std::vector<IpcHandle> all(peers_);
-    allgather_bounded(comm_.get(), mine.bytes.data(), static_cast<int>(mine.bytes.size()), all.data(),
-                      dev_.watchdog_seconds(), what);
-    std::vector<void*> ptrs(peers_, nullptr);
-    maps.clear();
-    for (int p = 0; p < peers_; ++p) {
-      if (p == me_) {
-        ptrs[p] = buf.get();
-        continue;
-      }
-      maps.push_back(dev_.open_handle(all[p], bytes));
-      ptrs[p] = maps.back().get();
-    }
-    barrier_bounded(comm_.get(), dev_.watchdog_seconds(), what + " (opened)");
-    dev_.seal_export(buf);
-    return ptrs;
   }
 
   // Evicts the least recently used target. Collective like the miss that causes it;
@@ -235,6 +312,7 @@ class IpcTransport : public Transport {
   Device& dev_;
   MpiComm comm_;
   int capacity_;
+  std::unique_ptr<MappingPath> path_;  // ipc or vmm: the only difference between them
   int me_ = 0, peers_ = 1;
   std::unique_ptr<Stream> copy_;
   std::unique_ptr<Event> ready_evt_, released_;
@@ -252,7 +330,11 @@ class IpcTransport : public Transport {
 }  // namespace
 
 std::unique_ptr<Transport> make_ipc_transport(Device& dev, MPI_Comm group, int cache_capacity) {
-  return std::make_unique<IpcTransport>(dev, group, cache_capacity);
+  return std::make_unique<IpcTransport>(dev, group, cache_capacity, MappingKind::kIpcHandle);
+}
+
+std::unique_ptr<Transport> make_vmm_transport(Device& dev, MPI_Comm group, int cache_capacity) {
+  return std::make_unique<IpcTransport>(dev, group, cache_capacity, MappingKind::kFileDescriptor);
 }
 
 }  // namespace uipc

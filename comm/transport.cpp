@@ -1,4 +1,5 @@
-// Transport selection (ipc -> nccl, first that can serve), IPC eligibility, and the
+// Transport selection (ipc -> nccl, vmm -> nccl: first that can serve), IPC and vmm
+// eligibility, and the
 // MPI collectives that stand in for NCCL on the host device.
 #include "comm/transport.hpp"
 
@@ -20,14 +21,40 @@ const char* tag_name(Tag t) {
   return "?";
 }
 
-// Test and operations hook: a non-empty value makes every rank treat the IPC transport
-// as ineligible, with this text as the reason (exercises the fallback path).
+// Test and operations hooks: a non-empty value makes every rank treat the IPC transports
+// (ipc and vmm, which shares its checks) or the vmm transport alone as ineligible, with
+// this text as the reason (exercises the fallback path).
 static const char* const kForceIneligibleEnv = "ULYSSES_IPC_FORCE_INELIGIBLE";
+static const char* const kForceVmmIneligibleEnv = "ULYSSES_VMM_FORCE_INELIGIBLE";
+
+namespace {
+
+// This rank's reason from an environment hook ("" when it is not set).
+std::string forced_reason(const char* env) {
+  const char* forced = std::getenv(env);
+  return forced && *forced ? std::string("forced by ") + env + ": " + forced : std::string();
+}
+
+// The first non-empty reason by rank order, on every rank of group.
+std::string agree_on_reason(MPI_Comm group, const std::string& reason) {
+  std::vector<std::string> all = allgather_strings(group, reason);
+  for (size_t i = 0; i < all.size(); ++i)
+    if (!all[i].empty()) return "rank " + std::to_string(i) + " of the group: " + all[i];
+  return "";
+}
+
+}  // namespace
+
+std::string vmm_ineligible_reason(Device& dev, MPI_Comm group) {
+  std::string why = ipc_ineligible_reason(dev, group);  // collective; the same on every rank
+  if (!why.empty()) return why;
+  std::string reason = forced_reason(kForceVmmIneligibleEnv);
+  if (reason.empty()) reason = dev.vmm_ineligible_reason();
+  return agree_on_reason(group, reason);
+}
 
 std::string ipc_ineligible_reason(Device& dev, MPI_Comm group) {
-  std::string reason;
-  if (const char* forced = std::getenv(kForceIneligibleEnv); forced && *forced)
-    reason = std::string("forced by ") + kForceIneligibleEnv + ": " + forced;
+  std::string reason = forced_reason(kForceIneligibleEnv);
   if (reason.empty() && !all_on_one_node(group)) reason = "the Ulysses group spans several nodes";
   if (reason.empty()) reason = dev.ipc_ineligible_reason();
   if (reason.empty()) {
@@ -46,25 +73,24 @@ std::string ipc_ineligible_reason(Device& dev, MPI_Comm group) {
     }
   }
   // Agree: the first non-empty reason by rank order wins on every rank.
-  std::vector<std::string> all = allgather_strings(group, reason);
-  for (size_t i = 0; i < all.size(); ++i)
-    if (!all[i].empty()) return "rank " + std::to_string(i) + " of the group: " + all[i];
-  return "";
+  return agree_on_reason(group, reason);
 }
 
 SelectedTransport select_transport(const std::string& requested, Device& dev, MPI_Comm group,
                                    Collectives& coll, int cache_capacity) {
   SelectedTransport sel;
-  if (requested == "ipc") {
-    std::string why = ipc_ineligible_reason(dev, group);
+  if (requested == "ipc" || requested == "vmm") {
+    const bool vmm = requested == "vmm";
+    std::string why = vmm ? vmm_ineligible_reason(dev, group) : ipc_ineligible_reason(dev, group);
     if (why.empty()) {
-      sel.transport = make_ipc_transport(dev, group, cache_capacity);
-      sel.used = "ipc";
+      sel.transport =
+          vmm ? make_vmm_transport(dev, group, cache_capacity) : make_ipc_transport(dev, group, cache_capacity);
+      sel.used = requested;
       return sel;
     }
-    sel.fallback_reason = "ipc not eligible: " + why;
+    sel.fallback_reason = requested + " not eligible: " + why;
   } else if (requested != "nccl") {
-    throw InputError("unknown transport '" + requested + "' (allowed: nccl, ipc)");
+    throw InputError("unknown transport '" + requested + "' (allowed: nccl, ipc, vmm)");
   }
   sel.transport = make_nccl_transport(dev, coll);
   sel.used = "nccl";

@@ -77,7 +77,7 @@ class Transport {
   virtual void close_peer_mappings() {}
 };
 
-// --- the transports, and the selection that walks ipc -> nccl
+// --- the transports, and the selection that walks ipc -> nccl (vmm -> nccl)
 
 class Collectives;
 
@@ -90,9 +90,18 @@ std::unique_ptr<Transport> make_nccl_transport(Device& dev, Collectives& coll);
 // stream, one grouped epoch handshake per group. `cache_capacity` bounds the targets.
 std::unique_ptr<Transport> make_ipc_transport(Device& dev, MPI_Comm group, int cache_capacity);
 
+// The same protocol (same copies, same handshake) on library-owned memory: targets and
+// signal words from Device::alloc_fd_shareable (CUDA VMM with POSIX-descriptor handles;
+// memfd on the host device), shared as descriptors over node-local Unix sockets
+// (comm/fd_exchange.hpp). Its name() is "vmm".
+std::unique_ptr<Transport> make_vmm_transport(Device& dev, MPI_Comm group, int cache_capacity);
+
 // Why the IPC transport cannot serve `group` ("" = it can). Collective over group: all
 // ranks get the same answer.
 std::string ipc_ineligible_reason(Device& dev, MPI_Comm group);
+// Why the vmm transport cannot serve `group` ("" = it can): the IPC checks plus
+// Device::vmm_ineligible_reason() on every rank. Collective over group.
+std::string vmm_ineligible_reason(Device& dev, MPI_Comm group);
 
 struct SelectedTransport {
   std::unique_ptr<Transport> transport;
@@ -100,7 +109,8 @@ struct SelectedTransport {
   std::string fallback_reason;  // why it is not the requested one ("" = it is)
 };
 
-// Walks the ordered list for `requested` ("ipc": ipc, then nccl; "nccl": nccl) and
+// Walks the ordered list for `requested` ("ipc": ipc, then nccl; "vmm": vmm, then nccl;
+// "nccl": nccl) and
 // takes the first that can serve. Collective over group. Throws InputError for an
 // unknown name. Called before any group starts, so a fallback never happens mid-group.
 SelectedTransport select_transport(const std::string& requested, Device& dev, MPI_Comm group,

@@ -1,6 +1,7 @@
 // `ulysses-ipc deck new|show|presets`, and the preset table from which
 // inputs/make_decks.sh regenerates every shipped deck.
 #include "lib/deck_cli.hpp"
+#include "lib/deck_wire.hpp"
 
 #include <charconv>
 #include <cmath>
@@ -190,7 +191,7 @@ const std::vector<Preset>& presets() {
        }},
       {"protocol",
        "The IPC protocol's acceptance deck (simulation-sized): Ulysses2, Ulysses4 and TP2+Ulysses2, each "
-       "comparing nccl and ipc under all three schedules, in bf16, fp16 and fp32. At 2 ranks the Ulysses2 "
+       "comparing nccl, ipc and vmm under all three schedules, in bf16, fp16 and fp32. At 2 ranks the Ulysses2 "
        "case runs; at 4 ranks the Ulysses4 and TP2+Ulysses2 cases.",
        [] {
          Case a;
@@ -201,7 +202,7 @@ const std::vector<Preset>& presets() {
          a.qk_norm = NormKind::kRmsPerHead;
          a.rope = RopeKind::k1D;
          a.fused_qkv = true;
-         a.transports = {"nccl", "ipc"};
+         a.transports = {"nccl", "ipc", "vmm"};
          a.schedules = {"baseline", "v-first", "v-first-split"};
          a.warmup = 1;
          a.iterations = 2;
@@ -353,7 +354,7 @@ const std::vector<Option>& field_options() {
        [](Case& c, const std::string& f, const std::string& v) { c.ulysses = parse_int(f, v); }},
       {"--tp", "T", "tensor-parallel degree (1, 2, 4, 8)",
        [](Case& c, const std::string& f, const std::string& v) { c.tp = parse_int(f, v); }},
-      {"--transports", "a,b", "scatter transports to compare (nccl, ipc)",
+      {"--transports", "a,b", "scatter transports to compare (nccl, ipc, vmm)",
        [](Case& c, const std::string& f, const std::string& v) { c.transports = parse_list(f, v); }},
       {"--schedules", "a,b", "schedules to compare (baseline, v-first, v-first-split)",
        [](Case& c, const std::string& f, const std::string& v) { c.schedules = parse_list(f, v); }},
@@ -463,7 +464,7 @@ int cmd_new(int argc, char** argv, std::ostream& out) {
 
 int cmd_show(int argc, char** argv, std::ostream& out) {
   if (argc != 2) usage_error("show: expects exactly one FILE");
-  out << format_deck(read_deck(argv[1]));
+  out << format_deck(read_deck_isolated(argv[1]));
   return 0;
 }
 

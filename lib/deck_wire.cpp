@@ -1,11 +1,23 @@
 // The deck on the wire: a versioned, length-checked binary encoding of a Deck, the
-// root-only read that broadcasts it (or rank 0's error), and the per-rank memory
-// estimate of a case derived from the buffers the run allocates.
+// deck parsed in a child process (crashes and endless loops of libhdf5 become clean
+// errors), the root-only read that broadcasts the deck (or rank 0's error), and the
+// per-rank memory estimate of a case derived from the buffers the run allocates.
 #include "lib/deck_wire.hpp"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -138,36 +150,6 @@ class Reader {
 // case count beyond left/kMinCaseBytes cannot be genuine.
 constexpr size_t kMinCaseBytes = 4 + 4 + 8 + 8 + 4 + 4 + 1 + 1 + 4 + 1 + 4 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 8 + 8 + 8;
 
-// Error text that reached rank 0 from a deck may quote the deck's own bytes (names,
-// string values): control characters and invalid UTF-8 are shown as \xNN so that every
-// rank prints one line of valid UTF-8 and a deck cannot send terminal escape sequences.
-// Idempotent (its output is left as it is).
-std::string printable(const std::string& s) {
-  std::string out;
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto at = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
-    const unsigned char c = at(0);
-    size_t len = c < 0x80 ? 1 : (c >= 0xc2 && c <= 0xdf) ? 2 : (c >> 4) == 0xe ? 3 : (c >= 0xf0 && c <= 0xf4) ? 4 : 0;
-    bool ok = len > 0 && i + len <= s.size();
-    for (size_t k = 1; ok && k < len; ++k) ok = (at(k) & 0xc0) == 0x80;
-    if (ok && len == 1) ok = c >= 0x20 && c != 0x7f;
-    if (ok && len == 2) ok = !(c == 0xc2 && at(1) < 0xa0);                                   // C1 controls
-    if (ok && len == 3) ok = !(c == 0xe0 && at(1) < 0xa0) && !(c == 0xed && at(1) >= 0xa0);  // overlong, surrogates
-    if (ok && len == 4) ok = !(c == 0xf0 && at(1) < 0x90) && !(c == 0xf4 && at(1) >= 0x90);
-    if (ok) {
-      out.append(s, i, len);
-      i += len;
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-      ++i;
-    }
-  }
-  return out;
-}
-
 template <class E>
 E read_enum(Reader& r, const char* what, int max_value) {
   uint8_t v = r.u8(what);
@@ -259,6 +241,182 @@ Deck deserialize_deck(const unsigned char* data, size_t size) {
   return d;
 }
 
+namespace {
+
+// The child's answer: [int32 exit code, 0 = a deck follows][uint64 length][payload:
+// the encoded deck or the error message]. Bounded: a runaway child cannot make the
+// parent allocate without end.
+constexpr size_t kMaxAnswerBytes = size_t{64} << 20;
+
+bool write_all(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t w = ::write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    c += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// Sanitizer runtimes reserve terabytes of address space: no RLIMIT_AS under them.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kCanLimitAddressSpace = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+constexpr bool kCanLimitAddressSpace = false;
+#else
+constexpr bool kCanLimitAddressSpace = true;
+#endif
+#else
+constexpr bool kCanLimitAddressSpace = true;
+#endif
+
+// In the child: a crafted file that makes libhdf5 allocate without bound gets
+// bad_alloc (a clean error) instead of the node's OOM killer. The limit is what the
+// process already maps (MPI, Kokkos) plus 2 GiB for parsing.
+void limit_child_memory() {
+  if (!kCanLimitAddressSpace) return;
+  unsigned long pages = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%lu", &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (pages == 0 || page <= 0) return;
+  struct rlimit r;
+  r.rlim_cur = r.rlim_max = static_cast<rlim_t>(pages) * static_cast<rlim_t>(page) + (rlim_t{2} << 30);
+  ::setrlimit(RLIMIT_AS, &r);
+}
+
+[[noreturn]] void child_parse(const std::string& path, int fd) {
+  // A crash here is the answer, not something to handle: the default actions (not a
+  // sanitizer's report, nor the app's SIGINT/SIGTERM handler, which would clean up the
+  // parent's shared memory and print "interrupted" a second time).
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGINT, SIGTERM}) ::signal(sig, SIG_DFL);
+  limit_child_memory();
+  int32_t code = 0;
+  std::string body;
+  try {
+    std::vector<unsigned char> b = serialize_deck(read_deck(path));
+    body.assign(b.begin(), b.end());
+  } catch (const Error& e) {
+    code = e.exit_code() != 0 ? e.exit_code() : kExitRuntime;
+    body = e.what();
+  } catch (const std::exception& e) {
+    code = kExitRuntime;
+    body = std::string("internal error reading the deck ") + path + ": " + e.what();
+  }
+  if (body.size() > kMaxAnswerBytes) body.resize(kMaxAnswerBytes);
+  unsigned char head[12];
+  const uint64_t len = body.size();
+  for (int i = 0; i < 4; ++i) head[i] = static_cast<unsigned char>(static_cast<uint32_t>(code) >> (8 * i));
+  for (int i = 0; i < 8; ++i) head[4 + i] = static_cast<unsigned char>(len >> (8 * i));
+  const bool ok = write_all(fd, head, sizeof head) && write_all(fd, body.data(), body.size());
+  // _exit: no atexit handlers, no stdio flush, nothing of the parent's MPI state touched.
+  ::_exit(ok ? 0 : 1);
+}
+
+[[noreturn]] void throw_coded(int code, const std::string& what) {
+  if (code == kExitBadInput) throw InputError(what);
+  if (code == kExitRuntime) throw RuntimeError(what);
+  throw Error(what, code);
+}
+
+}  // namespace
+
+double deck_parse_timeout_s() {
+  const char* v = std::getenv("ULYSSES_DECK_PARSE_TIMEOUT");
+  if (!v || !*v) return kDeckParseTimeoutS;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  return (*end == '\0' && s > 0 && s <= 86400) ? s : kDeckParseTimeoutS;
+}
+
+Deck read_deck_isolated(const std::string& path, double timeout_s) {
+  const char* in_process = std::getenv("ULYSSES_DECK_IN_PROCESS");
+  if (in_process && std::strcmp(in_process, "1") == 0) return read_deck(path);
+
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    throw RuntimeError(path + ": cannot start the deck reader: pipe: " + std::strerror(errno));
+  // Nothing buffered may be written twice (by the child's copy of the buffers).
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw RuntimeError(path + ": cannot start the deck reader: fork: " + std::strerror(err));
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    child_parse(path, fds[1]);
+  }
+  ::close(fds[1]);
+
+  auto reap = [pid](bool kill_first) {
+    if (kill_first) ::kill(pid, SIGKILL);
+    int st = 0;
+    while (::waitpid(pid, &st, 0) < 0) {
+      if (errno != EINTR) return -1;  // ECHILD: someone else reaped it; nothing to learn
+    }
+    return st;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  std::string answer;
+  bool eof = false, too_big = false;
+  while (!eof && !too_big) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    struct pollfd p = {fds[0], POLLIN, 0};
+    const int rc = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    if (rc < 0 && errno != EINTR) break;
+    if (rc <= 0) continue;
+    char buf[65536];
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) {
+      eof = true;
+      break;
+    }
+    answer.append(buf, static_cast<size_t>(n));
+    too_big = answer.size() > kMaxAnswerBytes + 12;
+  }
+  ::close(fds[0]);
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.0f", timeout_s);
+  if (!eof) {
+    reap(/*kill_first=*/true);
+    if (too_big) throw RuntimeError(path + ": the deck reader sent more than " + std::to_string(kMaxAnswerBytes) + " bytes");
+    throw InputError(path + ": reading the deck did not finish within " + secs +
+                     " s (a corrupt or crafted file can make the HDF5 library loop): refused");
+  }
+  const int st = reap(/*kill_first=*/false);
+  if (st != -1 && WIFSIGNALED(st)) {
+    const int sig = WTERMSIG(st);
+    const char* name = sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGFPE ? "SIGFPE" :
+                       sig == SIGILL ? "SIGILL" : sig == SIGABRT ? "SIGABRT" : sig == SIGSYS ? "SIGSYS" :
+                       sig == SIGKILL ? "SIGKILL" : nullptr;
+    const std::string which = std::to_string(sig) + (name ? std::string(", ") + name : std::string());
+    if (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL || sig == SIGABRT || sig == SIGSYS)
+      throw InputError(path + ": reading the deck crashed the HDF5 library (signal " + which +
+                       "): the file is corrupt or crafted; refused");
+    throw RuntimeError(path + ": the deck reader was killed by signal " + which);
+  }
+  if (answer.size() < 12 || (st != -1 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)))
+    throw RuntimeError(path + ": the deck reader ended without an answer (status " + std::to_string(st) + ")");
+  uint32_t code = 0;
+  uint64_t len = 0;
+  for (int i = 0; i < 4; ++i) code |= static_cast<uint32_t>(static_cast<unsigned char>(answer[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(static_cast<unsigned char>(answer[4 + i])) << (8 * i);
+  if (len != answer.size() - 12)
+    throw RuntimeError(path + ": the deck reader's answer is garbled (" + std::to_string(answer.size()) + " bytes)");
+  if (code != 0) throw_coded(static_cast<int>(code), answer.substr(12));
+  return deserialize_deck(reinterpret_cast<const unsigned char*>(answer.data()) + 12, len);
+}
+
 Deck read_deck_on_root(const std::string& path, MPI_Comm comm, double timeout_s) {
   int rank = 0;
   UIPC_MPI_CHECK(MPI_Comm_rank(comm, &rank));
@@ -269,7 +427,7 @@ Deck read_deck_on_root(const std::string& path, MPI_Comm comm, double timeout_s)
   if (rank == 0) {
     std::string error;
     try {
-      payload = serialize_deck(read_deck(path));
+      payload = serialize_deck(read_deck_isolated(path, std::min(deck_parse_timeout_s(), timeout_s / 2)));
     } catch (const Error& e) {
       head[0] = e.exit_code() != 0 ? e.exit_code() : kExitRuntime;
       error = e.what();
@@ -335,9 +493,10 @@ Deck read_deck_on_root(const std::string& path, MPI_Comm comm, double timeout_s)
 //   LayerPipeline (lib/pipeline.cpp): qkv M*3*Ct (fused) or q, k, v 3*M*Ct (separate):
 //     3*M*Ct*es either way; attention out M*Ct*es; out_f32 M*C*4; y M*C*es
 //   scatter transport, Q, K, V targets (exchange_result_elems = M*Ct each):
-//     ipc (comm/ipc_transport.cpp): 3*M*Ct*es cached targets + 2*U signal words
+//     ipc and vmm (comm/ipc_transport.cpp): 3*M*Ct*es cached targets + 2*U signal words
 //     nccl (comm/nccl_transport.cpp): 3*M*Ct*es results + send and recv buffers of
-//       chunk*peers = 3*M*Ct*es each
+//       chunk*peers = 3*M*Ct*es each: 9*M*Ct*es, counted whatever the case lists (ipc
+//       falls back to nccl where it is not eligible)
 //   gather transport, O: the default (auto) is a separate nccl transport: M*Ct*es result
 //     + send/recv M*Ct*es each (ipc: one M*Ct*es target, less); the worst is counted
 //   check_parity: the output copied to the host, M*C*es

@@ -1,7 +1,9 @@
 // The deck on the wire: only rank 0 parses the HDF5 deck (a file from a colleague is
-// hostile input, and one parser means one place to harden and one clear error); the
-// other ranks receive the validated Deck as plain values in a small versioned binary
-// encoding. Also the per-rank memory estimate of a case, checked before allocating.
+// hostile input, and one parser means one place to harden and one clear error), and
+// it does so in a child process with a time limit (libhdf5 itself can crash or loop on
+// a crafted file); the other ranks receive the validated Deck as plain values in a
+// small versioned binary encoding. Also the per-rank memory estimate of a case,
+// checked before anything is allocated.
 #pragma once
 
 #include <mpi.h>
@@ -30,8 +32,24 @@ Deck deserialize_deck(const unsigned char* data, size_t size);
 // How long the other ranks wait for rank 0 to read the deck before giving up with a
 // PeerTimeout naming rank 0 (a deck on a hung network file system must not hang the run).
 constexpr double kDeckReadTimeoutS = 600.0;
+// How long the deck parser may run (a valid deck takes milliseconds): this, or
+// ULYSSES_DECK_PARSE_TIMEOUT (seconds, > 0) from the environment.
+constexpr double kDeckParseTimeoutS = 120.0;
+double deck_parse_timeout_s();
 
-// Collective over comm. Rank 0 reads and validates the deck (read_deck); every rank
+// read_deck in a child process: libhdf5 1.10 itself crashes, leaks, or loops forever
+// on some crafted files (tests/fuzz's raw mode finds such files in minutes, all inside
+// libhdf5); in a child, each of those becomes a clean InputError naming the file
+// ("crashed the HDF5 library (signal 11 ...)", "did not finish within N s") instead of
+// a dead or hung process. The child only parses (no MPI), under an address-space
+// limit, and sends the Deck back in the encoding below. Throws what read_deck throws
+// (InputError for a bad deck), RuntimeError when no child can be started. With
+// ULYSSES_DECK_IN_PROCESS=1 in the environment it calls read_deck directly (for a site
+// whose MPI forbids fork()).
+Deck read_deck_isolated(const std::string& path, double timeout_s = deck_parse_timeout_s());
+
+// Collective over comm. Rank 0 reads and validates the deck (read_deck_isolated, for at
+// most min(deck_parse_timeout_s(), timeout_s / 2)); every rank
 // then returns the same Deck (each deserializes the same bytes, rank 0 included), or
 // throws the same uipc::CollectiveError carrying rank 0's message and exit code (an
 // InputError's 2 for a bad deck). A rank that waits longer than timeout_s for rank 0

@@ -15,6 +15,7 @@
 #include "git_rev.h"
 #include "comm/bootstrap.hpp"
 #include "lib/layout.hpp"
+#include "lib/deck_wire.hpp"
 #include "lib/pipeline.hpp"
 #include "lib/report.hpp"
 
@@ -160,11 +161,16 @@ int run_deck(const RunOptions& opt) {
 
   // Phase 1, alike on every rank: the deck and which of its cases fit this world.
   // An error here is agreed by all ranks and reported once.
-  Deck deck;
+  // Rank 0 alone parses the (possibly hostile) file, in a child process bounded in time
+  // and memory; the others get plain values, or rank 0's error, bounded in time too.
+  // Itself collective (every rank returns the same deck or throws the same error), so it
+  // stays outside collective_phase: a rank 0 that died must not leave the others in an
+  // unbounded MPI_Allreduce.
+  Deck deck = read_deck_on_root(opt.deck_path, MPI_COMM_WORLD,
+                                opt.watchdog_s > 0 ? std::max(10.0, 2 * opt.watchdog_s) : kDeckReadTimeoutS);
   std::vector<Case> todo;
   std::vector<std::string> skipped;
   collective_phase(MPI_COMM_WORLD, [&] {
-    deck = read_deck(opt.deck_path);
     for (const auto& name : opt.cases) {
       bool found = false;
       for (const auto& c : deck.cases) found = found || c.name == name;
@@ -193,6 +199,30 @@ int run_deck(const RunOptions& opt) {
 
   Backend be;
   collective_phase(MPI_COMM_WORLD, [&] { be = make_backend(opt.backend, MPI_COMM_WORLD); });
+
+  // Before anything is allocated: does every case fit? On GPUs each rank has its own
+  // device memory; in simulation every rank of a node shares the node's memory, so the
+  // node's ranks' needs add up. (The estimate is per case: cases run one after another.)
+  MPI_Comm node_raw;
+  UIPC_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_raw));
+  MpiComm node(node_raw);
+  for (const auto& c : todo) {
+    const double mine = static_cast<double>(estimate_case_bytes_per_rank(c, world, rank == 0, be.mode == "sim"));
+    double need = mine;
+    if (be.mode == "sim") UIPC_MPI_CHECK(MPI_Allreduce(&mine, &need, 1, MPI_DOUBLE, MPI_SUM, node.get()));
+    collective_phase(MPI_COMM_WORLD, [&] {
+      const double have = static_cast<double>(be.device->free_memory());
+      if (need > 0.9 * have) {
+        char buf[320];
+        std::snprintf(buf, sizeof(buf), "case '%s' needs about %.2f GiB of %s, which has %.2f GiB free",
+                      c.name.c_str(), need / (1 << 30),
+                      be.mode == "gpu" ? ("device memory on rank " + std::to_string(rank)).c_str()
+                                       : "host memory on this node (simulation: all its ranks together)",
+                      have / (1 << 30));
+        throw InputError(buf + std::string(": fewer tokens, more ranks, or --case to run the others"));
+      }
+    });
+  }
   Provenance prov;
   prov.version = ULYSSES_GIT_REV;
   prov.date = iso_date_utc();
@@ -240,13 +270,15 @@ int run_deck(const RunOptions& opt) {
         Schedule sched = make_schedule(sname, c.fused_qkv);
         SelectedTransport sel = select_transport(tname, *be.device, ucomm.get(), *ucoll, opt.cache_capacity);
         // The output gather: NCCL (the seed measured it faster) unless asked otherwise or
-        // unusable; IPC reuses the scatter's transport when that is IPC.
+        // unusable; IPC reuses the scatter's transport when that is ipc or vmm (the same
+        // protocol), and the report then names the one that carried it.
         std::unique_ptr<Transport> own_gather;
         Transport* gather = nullptr;
         std::string gather_name = opt.gather;
         if (gather_name == "auto") gather_name = (be.mode == "gpu" && !be.nccl_usable) ? "ipc" : "nccl";
-        if (gather_name == "ipc" && sel.used == "ipc") {
+        if (gather_name == "ipc" && (sel.used == "ipc" || sel.used == "vmm")) {
           gather = sel.transport.get();
+          gather_name = sel.used;
         } else {
           SelectedTransport g = select_transport(gather_name, *be.device, ucomm.get(), *ucoll, opt.cache_capacity);
           gather_name = g.used;

@@ -1,9 +1,11 @@
 // The CUDA device layer (comm/cuda_device.*) on a real GPU: pitched copies, timing
 // events, the 64-bit stream memory operations within one process, the watchdog turning
-// a wait that never completes into a PeerTimeout that names it, and CUDA IPC across the
-// MPI ranks of a node (several ranks may share one GPU): each rank scatters the strided
-// V view of a fused QKV buffer straight into every peer's final-layout target, then one
-// grouped epoch handshake; the result is checked bit for bit, epoch after epoch.
+// a wait that never completes into a PeerTimeout that names it, and the scatter across
+// the MPI ranks of a node (several ranks may share one GPU) on both mapping paths (CUDA
+// IPC handles; VMM memory shared as POSIX descriptors over Unix sockets): each rank
+// scatters the strided V view of a fused QKV buffer straight into every peer's
+// final-layout target, then one grouped epoch handshake (64-bit stream memory operations
+// on the peers' mapped words); the result is checked bit for bit, epoch after epoch.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -16,6 +18,7 @@
 
 #include "base/error.hpp"
 #include "comm/cuda_device.hpp"
+#include "comm/fd_exchange.hpp"
 
 namespace uipc {
 namespace {
@@ -49,6 +52,7 @@ TEST_F(CudaDeviceTest, NameEligibilityAndPeerAccess) {
   EXPECT_NE(dev_->name().find("("), std::string::npos);
   EXPECT_EQ(cuda_ipc_ineligible_reason(*dev_), "") << "64-bit stream memory operations expected on this GPU";
   EXPECT_EQ(dev_->ipc_ineligible_reason(), cuda_ipc_ineligible_reason(*dev_));
+  EXPECT_EQ(dev_->vmm_ineligible_reason(), "") << "VMM with POSIX-descriptor handles expected on this GPU";
   EXPECT_TRUE(cuda_can_access_peer(dev_->ordinal(), dev_->ordinal()));
   EXPECT_GT(dev_->free_memory(), size_t(1) << 20);
 }
@@ -159,37 +163,37 @@ TEST_F(CudaDeviceTest, WaitThatNeverCompletesIsAPeerTimeout) {
   s->synchronize();
 }
 
-// The scatter of docs/math.md section 4 over CUDA IPC, with the grouped handshake.
-TEST_F(CudaDeviceTest, IpcScatterAcrossRanksBitExact) {
-  int rank = 0, P = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &P);
-  ASSERT_EQ(cuda_ipc_ineligible_reason(*dev_), "");
-  dev_->set_watchdog_seconds(30.0);
-  const int H = 4 * P, D = 64;  // 4 heads per rank after the scatter
-  const int Hl = H / P;
-  const int64_t Sl = 96;  // tokens per rank
-  const size_t row = 3 * static_cast<size_t>(H) * D;  // elements (uint16 "bf16") per fused row
-  const size_t slice_bytes = static_cast<size_t>(Hl) * D * 2;
-  auto stream = dev_->create_stream(StreamPriority::kHigh);
-  auto qkv = dev_->alloc(Sl * row * 2);
-  auto target = dev_->alloc(Sl * P * slice_bytes, true);     // (S, Hl, D)
-  auto epochs = dev_->alloc(P * sizeof(uint64_t), true);     // slot q: written by rank q
-  dev_->memset(*stream, epochs.get(), 0, epochs.bytes());
-  dev_->memset(*stream, target.get(), 0xFF, target.bytes());
-  stream->synchronize();
+// The shapes of the cross-rank scatter: 4 heads per rank after it, 96 tokens per rank.
+struct ScatterGeometry {
+  explicit ScatterGeometry(int ranks) : P(ranks), H(4 * ranks) {}
+  int P, H;
+  int Hl = 4, D = 64;
+  int64_t Sl = 96;
+  size_t row() const { return 3 * static_cast<size_t>(H) * D; }  // elements (uint16 "bf16") per fused row
+  size_t slice_bytes() const { return static_cast<size_t>(Hl) * D * 2; }
+  size_t target_bytes() const { return static_cast<size_t>(Sl) * P * slice_bytes(); }  // (S, Hl, D)
+  size_t epoch_bytes() const { return static_cast<size_t>(P) * sizeof(uint64_t); }      // slot q: written by rank q
+};
 
-  IpcHandle mine[2] = {dev_->export_handle(target), dev_->export_handle(epochs)};
-  std::vector<IpcHandle> all(2 * P);
-  MPI_Allgather(mine, sizeof(mine), MPI_BYTE, all.data(), sizeof(mine), MPI_BYTE, MPI_COMM_WORLD);
-  std::vector<PeerMapping> targets, peer_epochs;
-  for (int q = 0; q < P; ++q) {  // our own handles too: the same-process path
-    targets.push_back(dev_->open_handle(all[2 * q], target.bytes()));
-    peer_epochs.push_back(dev_->open_handle(all[2 * q + 1], epochs.bytes()));
-  }
-  EXPECT_EQ(targets[rank].get(), target.get()) << "opening our own handle must give our own pointer";
-  MPI_Barrier(MPI_COMM_WORLD);
+// Fills this rank's target with 0xFF and zeroes its epoch words, before any peer maps them.
+void prepare(Device& dev, void* target, void* epochs, const ScatterGeometry& g) {
+  auto s = dev.create_stream(StreamPriority::kNormal);
+  dev.memset(*s, target, 0xFF, g.target_bytes());
+  dev.memset(*s, epochs, 0, g.epoch_bytes());
+  s->synchronize();
+}
 
+// The scatter of docs/math.md section 4 with the grouped handshake, 24 epochs with
+// rank-skewed arrival: targets[u] / peer_epochs[u] are rank u's target and epoch words
+// as mapped here (this rank's own for u == rank); every epoch is checked bit for bit.
+void scatter_epochs_bit_exact(Device& dev, const ScatterGeometry& g, int rank, const void* own_target,
+                              uint64_t* own_epochs, const std::vector<void*>& targets,
+                              const std::vector<uint64_t*>& peer_epochs) {
+  const int P = g.P, H = g.H, Hl = g.Hl, D = g.D;
+  const int64_t Sl = g.Sl;
+  const size_t row = g.row(), slice_bytes = g.slice_bytes();
+  auto stream = dev.create_stream(StreamPriority::kHigh);
+  auto qkv = dev.alloc(Sl * row * 2);
   auto value = [](int q, uint64_t e, size_t i) {
     return static_cast<uint16_t>((q * 7919u + e * 104729u + i * 31u) ^ (i >> 7));
   };
@@ -197,20 +201,19 @@ TEST_F(CudaDeviceTest, IpcScatterAcrossRanksBitExact) {
   const uint64_t kEpochs = 24;
   for (uint64_t e = 1; e <= kEpochs; ++e) {
     for (size_t i = 0; i < host.size(); ++i) host[i] = value(rank, e, i);
-    dev_->copy_to_device(qkv.get(), host.data(), host.size() * 2);
+    dev.copy_to_device(qkv.get(), host.data(), host.size() * 2);
     usleep(static_cast<useconds_t>(((rank + e) % 3) * 700));  // rank-skewed arrival
     for (int u = 0; u < P; ++u) {
       const auto* src = qkv.as<uint16_t>() + 2 * static_cast<size_t>(H) * D + static_cast<size_t>(u) * Hl * D;
-      auto* dst = static_cast<unsigned char*>(targets[u].get()) + rank * Sl * slice_bytes;
-      dev_->copy_2d(*stream, dst, slice_bytes, src, row * 2, slice_bytes, Sl);
+      auto* dst = static_cast<unsigned char*>(targets[u]) + rank * Sl * slice_bytes;
+      dev.copy_2d(*stream, dst, slice_bytes, src, row * 2, slice_bytes, Sl);
     }
-    for (int u = 0; u < P; ++u) dev_->write_value64(*stream, static_cast<uint64_t*>(peer_epochs[u].get()) + rank, e);
+    for (int u = 0; u < P; ++u) dev.write_value64(*stream, peer_epochs[u] + rank, e);
     for (int q = 0; q < P; ++q) {
-      dev_->wait_value64_geq(*stream, epochs.as<uint64_t>() + q, e,
-                             WaitLabel{q, "test epoch " + std::to_string(e)});
+      dev.wait_value64_geq(*stream, own_epochs + q, e, WaitLabel{q, "test epoch " + std::to_string(e)});
     }
     stream->synchronize();
-    dev_->copy_to_host(got.data(), target.get(), got.size() * 2);
+    dev.copy_to_host(got.data(), own_target, got.size() * 2);
     for (int q = 0; q < P; ++q) {
       for (int64_t t = 0; t < Sl; ++t) {
         for (int c = 0; c < Hl * D; ++c) {
@@ -223,8 +226,82 @@ TEST_F(CudaDeviceTest, IpcScatterAcrossRanksBitExact) {
     // Release: nobody writes the next epoch into a target that is still being checked.
     MPI_Barrier(MPI_COMM_WORLD);
   }
+}
+
+// Over CUDA IPC handles exchanged with MPI.
+TEST_F(CudaDeviceTest, IpcScatterAcrossRanksBitExact) {
+  int rank = 0, P = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  ASSERT_EQ(cuda_ipc_ineligible_reason(*dev_), "");
+  dev_->set_watchdog_seconds(30.0);
+  const ScatterGeometry g(P);
+  auto target = dev_->alloc(g.target_bytes(), true);
+  auto epochs = dev_->alloc(g.epoch_bytes(), true);
+  prepare(*dev_, target.get(), epochs.get(), g);
+
+  IpcHandle mine[2] = {dev_->export_handle(target), dev_->export_handle(epochs)};
+  std::vector<IpcHandle> all(2 * P);
+  MPI_Allgather(mine, sizeof(mine), MPI_BYTE, all.data(), sizeof(mine), MPI_BYTE, MPI_COMM_WORLD);
+  std::vector<PeerMapping> targets, peer_epochs;
+  std::vector<void*> target_ptrs;
+  std::vector<uint64_t*> epoch_ptrs;
+  for (int q = 0; q < P; ++q) {  // our own handles too: the same-process path
+    targets.push_back(dev_->open_handle(all[2 * q], target.bytes()));
+    peer_epochs.push_back(dev_->open_handle(all[2 * q + 1], epochs.bytes()));
+    target_ptrs.push_back(targets.back().get());
+    epoch_ptrs.push_back(peer_epochs.back().as<uint64_t>());
+  }
+  EXPECT_EQ(targets[rank].get(), target.get()) << "opening our own handle must give our own pointer";
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  scatter_epochs_bit_exact(*dev_, g, rank, target.get(), epochs.as<uint64_t>(), target_ptrs, epoch_ptrs);
   targets.clear();
   peer_epochs.clear();
+  MPI_Barrier(MPI_COMM_WORLD);  // every mapping closed before any exporter frees
+}
+
+// Over VMM allocations (cuMemCreate, POSIX-descriptor handles) passed between the ranks
+// with SCM_RIGHTS and mapped with cuMemImportFromShareableHandle + cuMemMap: the pitched
+// copies land in peers' VMM targets and cuStreamWriteValue64 hits peers' VMM-mapped
+// epoch words (this rank's own words at 1 rank).
+TEST_F(CudaDeviceTest, VmmScatterAcrossRanksBitExact) {
+  int rank = 0, P = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  ASSERT_EQ(dev_->vmm_ineligible_reason(), "");
+  dev_->set_watchdog_seconds(30.0);
+  const ScatterGeometry g(P);
+  auto target = dev_->alloc_fd_shareable(g.target_bytes());
+  auto epochs = dev_->alloc_fd_shareable(g.epoch_bytes());
+  ASSERT_TRUE(target && epochs);
+  EXPECT_EQ(target.bytes(), g.target_bytes()) << "the buffer reports the size asked for, not the granule-rounded one";
+  prepare(*dev_, target.get(), epochs.get(), g);
+
+  // What is not VMM memory is refused; a descriptor handed in is closed even on failure.
+  auto plain = dev_->alloc(64);
+  EXPECT_THROW(dev_->export_fd(plain), RuntimeError);
+  EXPECT_THROW(dev_->import_fd(-1, 64), RuntimeError);
+
+  FdExchange fdx(MPI_COMM_WORLD, 30.0);
+  UniqueFd target_fd(dev_->export_fd(target)), epochs_fd(dev_->export_fd(epochs));
+  ASSERT_TRUE(target_fd && epochs_fd);
+  std::vector<UniqueFd> target_fds = fdx.allgather(target_fd.get(), 30.0, "the VMM targets");
+  std::vector<UniqueFd> epoch_fds = fdx.allgather(epochs_fd.get(), 30.0, "the VMM epoch words");
+  std::vector<PeerMapping> maps;
+  std::vector<void*> target_ptrs(P, target.get());
+  std::vector<uint64_t*> epoch_ptrs(P, epochs.as<uint64_t>());
+  for (int q = 0; q < P; ++q) {
+    if (q == rank) continue;
+    maps.push_back(dev_->import_fd(target_fds[q].release(), g.target_bytes()));
+    target_ptrs[q] = maps.back().get();
+    maps.push_back(dev_->import_fd(epoch_fds[q].release(), g.epoch_bytes()));
+    epoch_ptrs[q] = maps.back().as<uint64_t>();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  scatter_epochs_bit_exact(*dev_, g, rank, target.get(), epochs.as<uint64_t>(), target_ptrs, epoch_ptrs);
+  maps.clear();
   MPI_Barrier(MPI_COMM_WORLD);  // every mapping closed before any exporter frees
 }
 

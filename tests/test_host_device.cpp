@@ -1,7 +1,8 @@
 // Tests of the host (simulation-mode) device: stream order and failure, events, pitched
 // copies, the bounded epoch-word waits, shared-memory export/open/seal with nothing left
-// in /dev/shm, and a cross-process scatter through mapped peer buffers (under mpiexec).
+// in /dev/shm, descriptor-shared (memfd) memory, and a cross-process scatter through mapped peer buffers (under mpiexec).
 #include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <time.h>
@@ -543,6 +544,73 @@ TEST_F(HostDeviceTest, OpenHandleRejectsOversizedRequests) {
   EXPECT_THROW(dev_->open_handle(dev_->export_handle(buf), 1001), RuntimeError);
   IpcHandle junk;
   EXPECT_THROW(dev_->open_handle(junk, 8), RuntimeError);
+}
+
+// --- descriptor-shared memory (the vmm path's host analog)
+
+int open_fd_count() {
+  int n = 0;
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return -1;
+  while (dirent* e = readdir(dir)) n += e->d_name[0] != '.';
+  closedir(dir);
+  return n;
+}
+
+bool fd_is_open(int fd) { return fcntl(fd, F_GETFD) != -1; }
+
+// memfd memory: zeroed, named nowhere, shared through descriptors both ways, alive as
+// long as any descriptor or mapping is, and every descriptor handed in is closed.
+TEST_F(HostDeviceTest, FdShareableMemoryTravelsAsDescriptorsAndNamesNothing) {
+  EXPECT_EQ(dev_->vmm_ineligible_reason(), "");
+  std::mt19937_64 rng(fresh_seed());
+  const int fds_before = open_fd_count();
+  {
+    const size_t bytes = 5000;
+    DeviceBuffer buf = dev_->alloc_fd_shareable(bytes);
+    ASSERT_TRUE(buf);
+    EXPECT_EQ(buf.bytes(), bytes);
+    EXPECT_TRUE(own_shm_entries().empty()) << "a descriptor-shared buffer must not appear in /dev/shm";
+    std::vector<unsigned char> data(bytes), back(bytes);
+    dev_->copy_to_host(back.data(), buf.get(), bytes);
+    EXPECT_TRUE(std::all_of(back.begin(), back.end(), [](unsigned char c) { return c == 0; }));
+
+    const int fd = dev_->export_fd(buf);
+    ASSERT_GE(fd, 0);
+    char link[256] = {0};
+    ASSERT_GT(readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), link, sizeof(link) - 1), 0);
+    EXPECT_EQ(std::string(link).rfind("/memfd:", 0), 0u) << link;
+    PeerMapping map = dev_->import_fd(fd, bytes);
+    EXPECT_FALSE(fd_is_open(fd)) << "import_fd takes ownership of the descriptor";
+    ASSERT_NE(map.get(), buf.get());
+    for (auto& c : data) c = static_cast<unsigned char>(rng());
+    dev_->copy_to_device(buf.get(), data.data(), bytes);
+    dev_->copy_to_host(back.data(), map.get(), bytes);
+    EXPECT_EQ(back, data);
+    for (auto& c : data) c = static_cast<unsigned char>(rng());
+    dev_->copy_to_device(map.get(), data.data(), bytes);
+    dev_->copy_to_host(back.data(), buf.get(), bytes);
+    EXPECT_EQ(back, data);
+
+    // A descriptor in flight keeps the memory after its exporter freed the buffer.
+    const int in_flight = dev_->export_fd(buf);
+    const int too_small = dev_->export_fd(buf);
+    buf.reset();
+    PeerMapping late = dev_->import_fd(in_flight, bytes);
+    dev_->copy_to_host(back.data(), late.get(), bytes);
+    EXPECT_EQ(back, data);
+    EXPECT_THROW(dev_->import_fd(too_small, bytes + (size_t(1) << 20)), RuntimeError);
+    EXPECT_FALSE(fd_is_open(too_small)) << "a failed import_fd closes the descriptor too";
+
+    DeviceBuffer plain = dev_->alloc(64), named = dev_->alloc(64, true);
+    EXPECT_THROW(dev_->export_fd(plain), RuntimeError);
+    EXPECT_THROW(dev_->export_fd(named), RuntimeError);
+    DeviceBuffer fdbuf = dev_->alloc_fd_shareable(64);
+    EXPECT_THROW(dev_->export_handle(fdbuf), RuntimeError);
+    EXPECT_NO_THROW(dev_->seal_export(fdbuf));  // nothing to seal
+  }
+  EXPECT_EQ(open_fd_count(), fds_before) << "a descriptor leaked";
+  EXPECT_TRUE(own_shm_entries().empty());
 }
 
 TEST_F(HostDeviceTest, UnlinkAllRemovesUnsealedNames) {

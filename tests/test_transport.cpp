@@ -1,14 +1,21 @@
 // The Ulysses exchange protocol on the host device, at 2 and 4 ranks: bit-exact
-// scatter/gather for every transport, strided sources, tags, target cache, 64 skewed
-// groups, release (write-after-read), fallback, failure after a group started, and the
-// watchdog. Each test checks a property that would break without the mechanism.
+// scatter/gather for every transport (nccl, ipc, and vmm: the ipc protocol on memory
+// shared as descriptors), strided sources, tags, target cache, 64 skewed groups, release
+// (write-after-read), fallback, failure after a group started, the watchdog, descriptor
+// passing between ranks, and that the vmm path never names anything in /dev/shm. Each
+// test checks a property that would break without the mechanism.
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <sys/inotify.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "base/error.hpp"
@@ -16,6 +23,7 @@
 #include "comm/bootstrap.hpp"
 #include "comm/collectives.hpp"
 #include "comm/exchange_geometry.hpp"
+#include "comm/fd_exchange.hpp"
 #include "comm/host_device.hpp"
 #include "comm/transport.hpp"
 
@@ -60,6 +68,7 @@ struct Fixture {
   }
   std::unique_ptr<Transport> make(const std::string& name, int capacity = 12) {
     if (name == "ipc") return make_ipc_transport(*dev, MPI_COMM_WORLD, capacity);
+    if (name == "vmm") return make_vmm_transport(*dev, MPI_COMM_WORLD, capacity);
     return make_nccl_transport(*dev, *coll);
   }
   void finish(Transport& t) {
@@ -209,7 +218,7 @@ TEST_P(TransportTest, SixtyFourSkewedGroupsReuseCachedTargets) {
     ASSERT_EQ(read_back(*f.dev, eq->data(), n), expected_scatter(seed, 0, s, me, P)) << "group " << it;
     ASSERT_EQ(read_back(*f.dev, ek->data(), n), expected_scatter(seed, 1, s, me, P)) << "group " << it;
     if (it == 0) first_q = eq->data();
-    if (GetParam() == "ipc") {
+    if (GetParam() != "nccl") {
       ASSERT_EQ(eq->data(), first_q) << "the cached target must be reused";
     }
     tr->release(*f.compute);
@@ -222,15 +231,19 @@ TEST_P(TransportTest, SixtyFourSkewedGroupsReuseCachedTargets) {
   f.finish(*tr);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, TransportTest, ::testing::Values("nccl", "ipc"),
+INSTANTIATE_TEST_SUITE_P(Transports, TransportTest, ::testing::Values("nccl", "ipc", "vmm"),
                          [](const auto& info) { return info.param; });
+
+// The IPC protocol's own mechanisms, on both mapping paths (ipc: handles over MPI; vmm:
+// descriptors over Unix sockets), which share every line of the protocol.
+class IpcProtocolTest : public ::testing::TestWithParam<std::string> {};
 
 // A bounded cache: three shapes cycling through two entries evict on every miss, and
 // the data stays exact.
-TEST(IpcTransport, BoundedCacheEvictsAndStaysExact) {
+TEST_P(IpcProtocolTest, BoundedCacheEvictsAndStaysExact) {
   const int P = world_size(), me = world_rank();
   Fixture f;
-  auto tr = f.make("ipc", /*capacity=*/2);
+  auto tr = f.make(GetParam(), /*capacity=*/2);
   for (int it = 0; it < 9; ++it) {
     ExchangeShape s{1, 2 + it % 3, P, 4, DType::kBF16};
     const uint64_t seed = shared_seed();
@@ -251,11 +264,11 @@ TEST(IpcTransport, BoundedCacheEvictsAndStaysExact) {
 // Write after read: a slow consumer reads its targets long after the group completed
 // while the peers race ahead to the next group. Without the release epochs the peers
 // would overwrite the targets under the reader.
-TEST(IpcTransport, SlowConsumerNeverSeesItsTargetOverwritten) {
+TEST_P(IpcProtocolTest, SlowConsumerNeverSeesItsTargetOverwritten) {
   const int P = world_size(), me = world_rank();
   if (P < 2) GTEST_SKIP() << "needs 2 ranks or more";
   Fixture f;
-  auto tr = f.make("ipc");
+  auto tr = f.make(GetParam());
   ExchangeShape s{1, 4, P, 8, DType::kBF16};
   for (int it = 0; it < 4; ++it) {
     const uint64_t seed = shared_seed();
@@ -279,6 +292,9 @@ TEST(IpcTransport, SlowConsumerNeverSeesItsTargetOverwritten) {
   f.finish(*tr);
 }
 
+INSTANTIATE_TEST_SUITE_P(MappingPaths, IpcProtocolTest, ::testing::Values("ipc", "vmm"),
+                         [](const auto& info) { return info.param; });
+
 // Fallback happens before any group starts and says why.
 TEST(TransportSelection, FallsBackToNcclWhenIpcIsIneligible) {
   Fixture f;
@@ -297,13 +313,13 @@ TEST(TransportSelection, FallsBackToNcclWhenIpcIsIneligible) {
 
 // Once a group has started, a failure is raised (never a silent switch of protocol):
 // ranks that submit different shapes inside a group get a clear error.
-TEST(IpcTransport, FailureAfterGroupStartIsRaised) {
+TEST_P(IpcProtocolTest, FailureAfterGroupStartIsRaised) {
   const int P = world_size(), me = world_rank();
   if (P < 2) GTEST_SKIP() << "needs 2 ranks or more";
   Fixture f(5.0);
-  auto tr = f.make("ipc");
+  DeviceBuffer b = f.dev->alloc(1 << 16);  // declared first: freed after the transport drains its copies
+  auto tr = f.make(GetParam());
   ExchangeShape s{1, 2, P, 4, DType::kBF16};
-  DeviceBuffer b = f.dev->alloc(1 << 16);
   tr->submit(Submission{Tag::kQ, Direction::kScatter, b.get(), 0, s, false}, *f.compute);
   ExchangeShape odd = s;
   odd.seq_local = me == 0 ? 2 : 3;  // rank 0 disagrees with the others
@@ -317,13 +333,13 @@ TEST(IpcTransport, FailureAfterGroupStartIsRaised) {
 }
 
 // A peer that never arrives: the GPU-side wait is bounded, the error names the peer.
-TEST(IpcTransport, WatchdogNamesAPeerThatNeverArrives) {
+TEST_P(IpcProtocolTest, WatchdogNamesAPeerThatNeverArrives) {
   const int P = world_size(), me = world_rank();
   if (P < 2) GTEST_SKIP() << "needs 2 ranks or more";
   Fixture f(1.0);
-  auto tr = f.make("ipc");
+  DeviceBuffer b = f.dev->alloc(1 << 16);  // declared first: freed after the transport drains its copies
+  auto tr = f.make(GetParam());
   ExchangeShape s{1, 2, P, 4, DType::kBF16};
-  DeviceBuffer b = f.dev->alloc(1 << 16);
   // One good group warms the cache (no host collective in the next one).
   auto e = tr->submit(Submission{Tag::kQ, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
   e->wait(*f.compute);
@@ -345,6 +361,187 @@ TEST(IpcTransport, WatchdogNamesAPeerThatNeverArrives) {
       const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       EXPECT_LT(took, 2.4);
       EXPECT_NE(std::string(err.what()).find("peer " + std::to_string(P - 1)), std::string::npos) << err.what();
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// vmm falls back to nccl like ipc, before any group starts: on its own check (here the
+// hook standing in for Device::vmm_ineligible_reason) and on every IPC check it shares.
+TEST(TransportSelection, VmmFallsBackToNcclWhenIneligible) {
+  Fixture f;
+  setenv("ULYSSES_VMM_FORCE_INELIGIBLE", "no vmm here", 1);
+  SelectedTransport vmm_off = select_transport("vmm", *f.dev, MPI_COMM_WORLD, *f.coll, 12);
+  SelectedTransport ipc_on = select_transport("ipc", *f.dev, MPI_COMM_WORLD, *f.coll, 12);
+  unsetenv("ULYSSES_VMM_FORCE_INELIGIBLE");
+  EXPECT_EQ(vmm_off.used, "nccl");
+  EXPECT_EQ(vmm_off.transport->name(), "nccl");
+  EXPECT_NE(vmm_off.fallback_reason.find("vmm not eligible"), std::string::npos) << vmm_off.fallback_reason;
+  EXPECT_NE(vmm_off.fallback_reason.find("no vmm here"), std::string::npos) << vmm_off.fallback_reason;
+  EXPECT_EQ(ipc_on.used, "ipc") << "the vmm check must not take ipc down";
+
+  setenv("ULYSSES_IPC_FORCE_INELIGIBLE", "shared check", 1);
+  SelectedTransport ipc_checks = select_transport("vmm", *f.dev, MPI_COMM_WORLD, *f.coll, 12);
+  unsetenv("ULYSSES_IPC_FORCE_INELIGIBLE");
+  EXPECT_EQ(ipc_checks.used, "nccl");
+  EXPECT_NE(ipc_checks.fallback_reason.find("shared check"), std::string::npos) << ipc_checks.fallback_reason;
+
+  EXPECT_EQ(vmm_ineligible_reason(*f.dev, MPI_COMM_WORLD), "");
+  SelectedTransport ok = select_transport("vmm", *f.dev, MPI_COMM_WORLD, *f.coll, 12);
+  EXPECT_EQ(ok.used, "vmm");
+  EXPECT_EQ(ok.transport->name(), "vmm");
+  EXPECT_TRUE(ok.fallback_reason.empty()) << ok.fallback_reason;
+  try {
+    select_transport("carrier-pigeon", *f.dev, MPI_COMM_WORLD, *f.coll, 12);
+    FAIL() << "an unknown transport must be an input error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("nccl, ipc, vmm"), std::string::npos) << e.what();
+  }
+  ok.transport->close_peer_mappings();
+  ipc_on.transport->close_peer_mappings();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// What this process creates in /dev/shm while the watch lives (inotify: a name created
+// and removed again between two looks at the directory is still seen).
+class ShmCreationWatch {
+ public:
+  ShmCreationWatch() : fd_(inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) {
+    if (fd_) ok_ = inotify_add_watch(fd_.get(), "/dev/shm", IN_CREATE | IN_MOVED_TO) >= 0;
+  }
+  bool ok() const { return ok_; }
+  std::vector<std::string> own_creations() {
+    const std::string prefix = host_shm_process_prefix(getpid()).substr(1);  // without the '/'
+    std::vector<std::string> names;
+    alignas(inotify_event) char buf[16384];
+    for (;;) {
+      const ssize_t n = read(fd_.get(), buf, sizeof(buf));
+      if (n <= 0) break;
+      for (ssize_t off = 0; off < n;) {
+        const auto* ev = reinterpret_cast<const inotify_event*>(buf + off);
+        const std::string name = ev->len ? ev->name : "";
+        if (name.rfind(prefix, 0) == 0) names.push_back(name);
+        off += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+      }
+    }
+    return names;
+  }
+
+ private:
+  UniqueFd fd_;
+  bool ok_ = false;
+};
+
+// The vmm path on the host device names nothing in /dev/shm, ever: not its signal words,
+// not its targets, not across misses and evictions. The ipc path, which does create
+// (and seal) names there, is the control that shows the watch sees them.
+TEST(VmmTransport, HostDeviceNeverCreatesADevShmEntry) {
+  const int P = world_size(), me = world_rank();
+  for (const std::string path : {"vmm", "ipc"}) {
+    ShmCreationWatch watch;
+    ASSERT_TRUE(watch.ok()) << "inotify on /dev/shm: " << std::strerror(errno);
+    {
+      Fixture f;
+      auto tr = f.make(path, /*capacity=*/2);
+      for (int it = 0; it < 4; ++it) {
+        ExchangeShape s{1, 2 + it % 3, P, 4, DType::kBF16};
+        const uint64_t seed = shared_seed();
+        DeviceBuffer b = upload(*f.dev, make_source(seed, 5, s, me, s.heads * s.head_dim, 0));
+        auto e = tr->submit(Submission{Tag::kV, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
+        e->wait(*f.compute);
+        f.compute->synchronize();
+        ASSERT_EQ(read_back(*f.dev, e->data(), static_cast<size_t>(exchange_result_elems(s))),
+                  expected_scatter(seed, 5, s, me, P))
+            << path;
+        tr->release(*f.compute);
+      }
+      EXPECT_EQ(tr->stats().cache_evictions, 2) << path;
+      f.finish(*tr);
+    }
+    const std::vector<std::string> created = watch.own_creations();
+    if (path == "vmm") {
+      EXPECT_TRUE(created.empty()) << "the vmm path created /dev/shm/" << created.front();
+    } else {
+      EXPECT_FALSE(created.empty()) << "control: the ipc path's /dev/shm names were not seen by the watch";
+    }
+  }
+}
+
+// Whether /proc/net/unix lists a socket bound to exactly `path` ("@name": abstract).
+bool unix_socket_listed(const std::string& path) {
+  std::ifstream in("/proc/net/unix");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.size() >= path.size() + 1 && line.compare(line.size() - path.size() - 1, std::string::npos, " " + path) == 0)
+      return true;
+  }
+  return false;
+}
+
+// A memfd holding two words, as a descriptor to pass around.
+UniqueFd memfd_with(uint64_t a, uint64_t b) {
+  UniqueFd fd(memfd_create("uipc-test", MFD_CLOEXEC));
+  const uint64_t words[2] = {a, b};
+  if (!fd || pwrite(fd.get(), words, sizeof(words), 0) != static_cast<ssize_t>(sizeof(words))) return UniqueFd();
+  return fd;
+}
+
+// Descriptors really travel between every pair of ranks (each receiver reads what the
+// sender wrote behind its descriptor), two live exchanges on one communicator never mix
+// (distinct nonces, so distinct sockets), and the sockets are abstract (listed as '@...',
+// never files) and gone with their owners.
+TEST(FdExchange, PassesDescriptorsBetweenEveryPairOfRanks) {
+  const int P = world_size(), me = world_rank();
+  const uint64_t seed = shared_seed();
+  std::string name_a;
+  {
+    FdExchange a(MPI_COMM_WORLD, 10.0), b(MPI_COMM_WORLD, 10.0);
+    name_a = a.socket_name(me);
+    EXPECT_NE(name_a, b.socket_name(me));
+    EXPECT_TRUE(unix_socket_listed("@" + name_a)) << name_a;
+    EXPECT_FALSE(unix_socket_listed(name_a)) << "the socket must not be a file";
+    for (uint64_t round = 0; round < 3; ++round) {
+      for (FdExchange* x : {&a, &b}) {
+        const uint64_t tag = splitmix64(seed + round * 2 + (x == &b));
+        UniqueFd mine = memfd_with(tag, static_cast<uint64_t>(me));
+        ASSERT_TRUE(mine);
+        std::vector<UniqueFd> got = x->allgather(mine.get(), 10.0, "the test exchange");
+        ASSERT_EQ(got.size(), static_cast<size_t>(P));
+        EXPECT_FALSE(got[me]) << "no descriptor from myself";
+        for (int p = 0; p < P; ++p) {
+          if (p == me) continue;
+          ASSERT_TRUE(got[p]) << "nothing from rank " << p;
+          uint64_t words[2] = {0, 0};
+          ASSERT_EQ(pread(got[p].get(), words, sizeof(words), 0), static_cast<ssize_t>(sizeof(words)));
+          EXPECT_EQ(words[0], tag) << "round " << round << " from rank " << p << ": a descriptor of another exchange";
+          EXPECT_EQ(words[1], static_cast<uint64_t>(p));
+        }
+      }
+    }
+  }
+  EXPECT_FALSE(unix_socket_listed("@" + name_a)) << "the socket outlived its exchange";
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// A rank that never takes part: the others get a PeerTimeout naming it, in bounded time.
+TEST(FdExchange, APeerThatNeverSendsIsAPeerTimeoutNamingIt) {
+  const int P = world_size(), me = world_rank();
+  if (P < 2) GTEST_SKIP() << "needs 2 ranks or more";
+  FdExchange x(MPI_COMM_WORLD, 10.0);
+  UniqueFd mine = memfd_with(1, static_cast<uint64_t>(me));
+  ASSERT_TRUE(mine);
+  if (me != P - 1) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      x.allgather(mine.get(), 1.0, "the test exchange");
+      FAIL() << "an exchange with an absent peer must fail";
+    } catch (const PeerTimeout& e) {
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      EXPECT_GE(took, 0.9);
+      EXPECT_LT(took, 3.0);
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("rank(s) " + std::to_string(P - 1) + " did not send"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("the test exchange"), std::string::npos) << msg;
     }
   }
   MPI_Barrier(MPI_COMM_WORLD);

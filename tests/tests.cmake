@@ -14,7 +14,7 @@ target_include_directories(test_report PRIVATE ${HDF5_INCLUDE_DIRS})
 # figures of the GPU check (scripts/gpu_check.sh).
 if(ULYSSES_HAVE_CUDA)
   ulysses_add_test(test_cuda_kernels SOURCES test_cuda_kernels.cpp LIBS ulysses_cuda LABELS gpu)
-  ulysses_add_test(test_cuda_device SOURCES test_cuda_device.cpp LIBS ulysses_cuda LABELS gpu NP 1 2 4)
+  ulysses_add_test(test_cuda_device SOURCES test_cuda_device.cpp LIBS ulysses_cuda ulysses_comm LABELS gpu NP 1 2 4)
   add_executable(bench_kernels ${PROJECT_SOURCE_DIR}/benchmarks/bench_kernels.cpp)
   target_link_libraries(bench_kernels PRIVATE ulysses_cuda ulysses_flags)
 endif()
@@ -42,3 +42,10 @@ set_tests_properties(postprocess PROPERTIES LABELS "postprocess;mpi" TIMEOUT 600
                      ENVIRONMENT "${ULYSSES_TEST_ENV};ULYSSES_IPC=$<TARGET_FILE:ulysses-ipc>;PYTHONDONTWRITEBYTECODE=1")
 add_test(NAME lint_scripts COMMAND ${PROJECT_SOURCE_DIR}/tests/lint_jobscripts.sh)
 set_tests_properties(lint_scripts PROPERTIES LABELS "lint" TIMEOUT 120)
+# The malformed decks of tests/decks/ that test_deck_wire reads (libhdf5 crash, loop).
+target_compile_definitions(test_deck_wire PRIVATE ULYSSES_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+
+# The deck-reader fuzzer (tests/fuzz, clang libFuzzer + ASan + UBSan), a short run of its
+# structured mode; `scripts/fuzz.sh --long` is the hour-long one on demand.
+add_test(NAME deck_fuzz COMMAND ${PROJECT_SOURCE_DIR}/scripts/fuzz.sh)
+set_tests_properties(deck_fuzz PROPERTIES LABELS "fuzz" TIMEOUT 900 ENVIRONMENT "FUZZ_SECONDS=60")

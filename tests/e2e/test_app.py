@@ -62,11 +62,11 @@ def test_protocol_deck_all_layouts_transports_schedules(run, tmp_path, np_):
     for case, name, a, _ in runs_of(report):
         assert a["parity_pass"] == 1, (case, name, a)
         seen.add((a["transport"], a["schedule"]))
-        if a["transport_used"] == "ipc":
+        if a["transport_used"] in ("ipc", "vmm"):
             assert a["handshakes_per_layer"] == 1  # one grouped handshake for Q, K and V
             assert a["cache_misses"] == 3  # Q, K, V targets, then reused across layers
             assert a["cache_hits"] == 3 * (a["iterations"] * a["repeats"] + 1) - 3
-    assert seen == {(t, s) for t in ("nccl", "ipc") for s in ("baseline", "v-first", "v-first-split")}
+    assert seen == {(t, s) for t in ("nccl", "ipc", "vmm") for s in ("baseline", "v-first", "v-first-split")}
 
 
 def test_ipc_output_gather(run, tmp_path):
@@ -75,8 +75,8 @@ def test_ipc_output_gather(run, tmp_path):
     assert p.returncode == 0, p.stderr + p.stdout
     for _, name, a, _ in runs_of(report):
         assert a["parity_pass"] == 1
-        if a["transport_used"] == "ipc":
-            assert a["gather_transport"] == "ipc"
+        if a["transport_used"] in ("ipc", "vmm"):
+            assert a["gather_transport"] == a["transport_used"]
             assert a["handshakes_per_layer"] == 2  # scatter group + gather group
 
 
