@@ -120,7 +120,11 @@ if run_step "build ulysses-ipc" "$APP_LOG" "${APP_BUILD_LIMIT:-240}" cmake --bui
   app_run default-np4-shared 4 inputs/default.h5 --allow-shared-gpu
   app_run protocol-np2-shared 2 inputs/protocol.h5 --allow-shared-gpu
   app_run protocol-np4-shared 4 inputs/protocol.h5 --allow-shared-gpu
-  app_run flux-1024-np1 1 inputs/flux-dev-1024.h5
+  # One rank: the model decks' layouts need 2 ranks or more, so a Ulysses1 copy of the
+  # FLUX case (V still goes through the copy engine, to the rank itself).
+  "$APP" deck new --preset flux-dev-1024 --name flux-dev-1024.u2 --ulysses 1 --transports nccl,ipc,vmm \
+    -o "$LOG/flux-1024-u1.h5" >>"$APP_LOG" 2>&1
+  app_run flux-1024-np1 1 "$LOG/flux-1024-u1.h5"
   app_run flux-1024-np2-shared 2 inputs/flux-dev-1024.h5 --allow-shared-gpu --case flux-dev-1024.u2
   for twin in inputs/*-sim.h5; do  # every model family's structure (head_dim 64/72/128, norms) on the GPU
     app_run "$(basename "$twin" .h5)-np2-shared" 2 "$twin" --allow-shared-gpu --quiet
@@ -131,7 +135,8 @@ if run_step "build ulysses-ipc" "$APP_LOG" "${APP_BUILD_LIMIT:-240}" cmake --bui
 import glob, sys
 import h5py, numpy as np
 print(f"{'report':22} {'case':16} {'run':20} {'used':5} {'attn':10} {'parity':6} {'max_abs':>9} "
-      f"{'proj':>7} {'norm':>7} {'scat':>7} {'attn':>7} {'gath':>7} {'oproj':>7} {'layer':>8} {'V/QK ovl':>8}")
+      f"{'proj':>7} {'norm':>7} {'scat':>7} {'attn':>7} {'gath':>7} {'oproj':>7} {'layer':>8} {'V/QK ovl':>8} "
+      f"{'V copy':>7} {'hidden':>6}")
 for path in sorted(glob.glob(sys.argv[1] + "/*.h5")):
     with h5py.File(path, "r") as f:
         for case in f.attrs["cases"]:
@@ -140,10 +145,11 @@ for path in sorted(glob.glob(sys.argv[1] + "/*.h5")):
                 a = g[run].attrs
                 med = a["median_ms"]
                 ov = np.median(g[run]["v_overlap_ms"][...]) if "v_overlap_ms" in g[run] else float("nan")
+                vc = np.median(g[run]["v_copy_ms"][...]) if "v_copy_ms" in g[run] else float("nan")
                 print(f"{path.split('/')[-1][:-3]:22} {case[:16]:16} {run[:20]:20} {a['transport_used']:5} "
                       f"{str(a.get('attention', ''))[:10]:10} {'PASS' if a['parity_pass'] else 'FAIL':6} "
                       f"{a['parity_max_abs']:9.2e} " + " ".join(f"{m:7.3f}" for m in med[:6]) +
-                      f" {med[6]:8.3f} {ov:8.3f}")
+                      f" {med[6]:8.3f} {ov:8.3f} {vc:7.3f} {100 * ov / vc if vc > 0 else float('nan'):5.0f}%")
 PYEOF
 fi
 
