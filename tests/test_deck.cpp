@@ -10,6 +10,7 @@
 #include <sstream>
 #include <variant>
 
+#include "tests/deck_testing.hpp"
 #include "base/error.hpp"
 #include "lib/deck.hpp"
 #include "lib/deck_cli.hpp"
@@ -21,29 +22,10 @@ using uipc::InputError;
 
 namespace {
 
-// A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "uipc-deck-XXXXXX").string();
-    char* p = mkdtemp(tmpl.data());
-    EXPECT_NE(p, nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> v;
-    for (const auto& e : fs::directory_iterator(path_)) v.push_back(e.path().filename().string());
-    return v;
-  }
+using uipc::testing::TempDir;
+using uipc::testing::expect_same_case;
 
- private:
-  std::string path_;
-};
+// A fresh directory per test, removed afterwards.
 
 // ---------------------------------------------------------------- raw deck writer
 // Decks written straight with the HDF5 C API, the way h5py writes them (int64 scalars,
@@ -235,31 +217,6 @@ Case all_non_default(const std::string& name, int variant) {
   return c;
 }
 
-void expect_same_case(const Case& a, const Case& b) {
-  EXPECT_EQ(a.name, b.name);
-  EXPECT_EQ(a.description, b.description);
-  EXPECT_EQ(a.batch, b.batch);
-  EXPECT_EQ(a.seq_len, b.seq_len);
-  EXPECT_EQ(a.heads, b.heads);
-  EXPECT_EQ(a.head_dim, b.head_dim);
-  EXPECT_EQ(a.dtype, b.dtype);
-  EXPECT_EQ(a.qk_norm, b.qk_norm);
-  EXPECT_EQ(a.norm_eps, b.norm_eps);
-  EXPECT_EQ(a.rope, b.rope);
-  EXPECT_EQ(a.rope_theta, b.rope_theta);
-  EXPECT_EQ(a.fused_qkv, b.fused_qkv);
-  EXPECT_EQ(a.ulysses, b.ulysses);
-  EXPECT_EQ(a.tp, b.tp);
-  EXPECT_EQ(a.transports, b.transports);
-  EXPECT_EQ(a.schedules, b.schedules);
-  EXPECT_EQ(a.warmup, b.warmup);
-  EXPECT_EQ(a.iterations, b.iterations);
-  EXPECT_EQ(a.repeats, b.repeats);
-  EXPECT_EQ(a.seed, b.seed);
-  EXPECT_EQ(a.tol_max_abs, b.tol_max_abs);
-  EXPECT_EQ(a.tol_rel_l2, b.tol_rel_l2);
-  EXPECT_EQ(a.watchdog_s, b.watchdog_s);
-}
 
 // Runs `ulysses-ipc deck ARGS...` in-process; returns what it printed.
 std::string run_deck_cli(std::vector<std::string> args) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/deck_testing.hpp"
 #include "base/error.hpp"
 #include "lib/deck.hpp"
 #include "lib/deck_wire.hpp"
@@ -25,6 +26,9 @@ using uipc::Case;
 using uipc::Deck;
 
 namespace {
+
+using uipc::testing::TempDir;
+using uipc::testing::expect_same_case;
 
 int world_rank() {
   int r = 0;
@@ -87,31 +91,6 @@ void expect_every_field_differs_from_default(const Case& c) {
   EXPECT_NE(c.watchdog_s, d.watchdog_s);
 }
 
-void expect_same_case(const Case& a, const Case& b) {
-  EXPECT_EQ(a.name, b.name);
-  EXPECT_EQ(a.description, b.description);
-  EXPECT_EQ(a.batch, b.batch);
-  EXPECT_EQ(a.seq_len, b.seq_len);
-  EXPECT_EQ(a.heads, b.heads);
-  EXPECT_EQ(a.head_dim, b.head_dim);
-  EXPECT_EQ(a.dtype, b.dtype);
-  EXPECT_EQ(a.qk_norm, b.qk_norm);
-  EXPECT_EQ(a.norm_eps, b.norm_eps);
-  EXPECT_EQ(a.rope, b.rope);
-  EXPECT_EQ(a.rope_theta, b.rope_theta);
-  EXPECT_EQ(a.fused_qkv, b.fused_qkv);
-  EXPECT_EQ(a.ulysses, b.ulysses);
-  EXPECT_EQ(a.tp, b.tp);
-  EXPECT_EQ(a.transports, b.transports);
-  EXPECT_EQ(a.schedules, b.schedules);
-  EXPECT_EQ(a.warmup, b.warmup);
-  EXPECT_EQ(a.iterations, b.iterations);
-  EXPECT_EQ(a.repeats, b.repeats);
-  EXPECT_EQ(a.seed, b.seed);
-  EXPECT_EQ(a.tol_max_abs, b.tol_max_abs);
-  EXPECT_EQ(a.tol_rel_l2, b.tol_rel_l2);
-  EXPECT_EQ(a.watchdog_s, b.watchdog_s);
-}
 
 Deck sample_deck() {
   Deck d;

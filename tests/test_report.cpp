@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "tests/deck_testing.hpp"
 #include "base/error.hpp"
 #include "lib/report.hpp"
 
@@ -20,28 +21,9 @@ using uipc::RunResult;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "uipc-report-XXXXXX").string();
-    EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> v;
-    for (const auto& e : fs::directory_iterator(path_)) v.push_back(e.path().filename().string());
-    std::sort(v.begin(), v.end());
-    return v;
-  }
+using uipc::testing::TempDir;
+using uipc::testing::expect_same_case;
 
- private:
-  std::string path_;
-};
 
 // ---------------------------------------------------------------- plain C API readers
 
