@@ -30,6 +30,7 @@ run_step() {
   local name=$1 log=$2 limit=$3
   shift 3
   echo "=== $name: $*" >>"$log"
+  [ -n "${OUT:-}" ] && { printf '%s\n' "${SUMMARY[@]}"; echo "running: $name"; } >"$OUT/summary-so-far.txt"
   local t0=$SECONDS
   timeout "$limit" "$@" >>"$log" 2>&1
   local rc=$?
@@ -38,6 +39,12 @@ run_step() {
   [ $rc -eq 124 ] && verdict="TIMEOUT (${limit}s)"
   note "$name" "$verdict, $((SECONDS - t0))s"
   echo "=== $name: $verdict" >>"$log"
+  # The device tool returns $OUT even when the call is cut off at its time limit: keep
+  # the summary so far and the end of this step's log there after every step.
+  if [ -n "${OUT:-}" ]; then
+    printf '%s\n' "${SUMMARY[@]}" >"$OUT/summary-so-far.txt"
+    tail -n 200 "$log" >"$OUT/last-step.log"
+  fi
   return $rc
 }
 
