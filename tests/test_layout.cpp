@@ -1,0 +1,96 @@
+// Layout math (lib/layout.*): which tokens and heads each rank holds, and which ranks
+// form its Ulysses and TP groups, checked against docs/math.md's definitions written out
+// independently here, for every layout the decks use.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "base/error.hpp"
+#include "lib/layout.hpp"
+
+using namespace uipc;
+
+namespace {
+
+Case make_case(int heads, int64_t seq, int ulysses, int tp) {
+  Case c;
+  c.name = "t";
+  c.heads = heads;
+  c.head_dim = 64;
+  c.seq_len = seq;
+  c.batch = 2;
+  c.ulysses = ulysses;
+  c.tp = tp;
+  return c;
+}
+
+struct Shape {
+  int ulysses, tp;
+};
+
+class LayoutTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(LayoutTest, ShardsAndGroupsCoverEverythingOnce) {
+  const Shape sh = GetParam();
+  const int world = sh.ulysses * sh.tp;
+  const Case c = make_case(48, 960, sh.ulysses, sh.tp);
+  std::set<std::pair<int64_t, int>> token_head;  // (first token, first head) after the scatter
+  std::set<int> seen_ranks;
+  for (int r = 0; r < world; ++r) {
+    Layout l = make_layout(c, world, r);
+    // docs/math.md: tp_rank = r / ulysses, u_rank = r % ulysses.
+    EXPECT_EQ(l.tp_rank, r / sh.ulysses);
+    EXPECT_EQ(l.u_rank, r % sh.ulysses);
+    EXPECT_EQ(l.seq_local * sh.ulysses, c.seq_len);
+    EXPECT_EQ(l.pos_offset(), l.u_rank * (c.seq_len / sh.ulysses));
+    EXPECT_EQ(l.heads_tp, c.heads / sh.tp);
+    EXPECT_EQ(l.heads_local, c.heads / sh.tp / sh.ulysses);
+    EXPECT_EQ(l.first_head_tp(), l.tp_rank * (c.heads / sh.tp));
+    EXPECT_EQ(l.tokens_local(), c.batch * l.seq_local);
+    // Groups: consecutive ranks with my tp_rank; ranks with my u_rank.
+    auto ug = l.ulysses_group(), tg = l.tp_group();
+    ASSERT_EQ(static_cast<int>(ug.size()), sh.ulysses);
+    ASSERT_EQ(static_cast<int>(tg.size()), sh.tp);
+    for (int u = 0; u < sh.ulysses; ++u) EXPECT_EQ(ug[u], l.tp_rank * sh.ulysses + u);
+    for (int t = 0; t < sh.tp; ++t) EXPECT_EQ(tg[t], t * sh.ulysses + l.u_rank);
+    EXPECT_NE(std::find(ug.begin(), ug.end(), r), ug.end());
+    EXPECT_NE(std::find(tg.begin(), tg.end(), r), tg.end());
+    // After the scatter, rank r holds all tokens of heads [first_head_tp + u_rank*Hl, +Hl).
+    const int first_head = l.first_head_tp() + l.u_rank * l.heads_local;
+    EXPECT_TRUE(token_head.insert({0, first_head}).second) << "two ranks hold the same heads";
+    seen_ranks.insert(r);
+  }
+  // Every head is held by exactly one rank after the scatter.
+  EXPECT_EQ(static_cast<int>(token_head.size()), world);
+  EXPECT_EQ(static_cast<int>(seen_ranks.size()), world);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, LayoutTest,
+                         ::testing::Values(Shape{1, 1}, Shape{2, 1}, Shape{4, 1}, Shape{8, 1}, Shape{2, 2}, Shape{4, 2}),
+                         [](const auto& info) {
+                           return "U" + std::to_string(info.param.ulysses) + "TP" + std::to_string(info.param.tp);
+                         });
+
+TEST(Layout, ZeroUlyssesMeansAllRanksOverTp) {
+  Case c = make_case(8, 64, 0, 2);
+  Layout l = make_layout(c, 8, 5);
+  EXPECT_EQ(l.ulysses, 4);
+  EXPECT_EQ(l.tp_rank, 1);
+  EXPECT_EQ(l.u_rank, 1);
+}
+
+TEST(Layout, ImpossibleLayoutsAreInputErrors) {
+  EXPECT_THROW(make_layout(make_case(8, 64, 4, 1), 2, 0), InputError);   // world != tp * ulysses
+  EXPECT_THROW(make_layout(make_case(6, 64, 4, 1), 4, 0), InputError);   // heads not divisible
+  EXPECT_THROW(make_layout(make_case(8, 66, 4, 1), 4, 0), InputError);   // sequence not divisible
+  EXPECT_THROW(make_layout(make_case(8, 64, 0, 2), 3, 0), InputError);   // world not divisible by tp
+  try {
+    make_layout(make_case(8, 64, 4, 2), 4, 0);
+    FAIL() << "tp 2 x ulysses 4 on 4 ranks must be refused";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("8"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
