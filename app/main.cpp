@@ -48,16 +48,14 @@ const char* const kUsage =
     "exit codes: 0 ok, 1 parity failed, 2 bad input, 3 runtime failure,\n"
     "            4 a peer did not arrive within the watchdog, 130 interrupted\n";
 
-volatile std::sig_atomic_t g_signalled = 0;
 // Set to the exit code once the program is finishing on its own: a SIGTERM that mpirun
 // sends then (because another rank already exited non-zero) must not be reported as an
 // interruption.
 volatile std::sig_atomic_t g_finishing = 0;
 volatile std::sig_atomic_t g_exit_code = 0;
 
-extern "C" void on_signal(int sig) {
+extern "C" void on_signal(int /*sig*/) {
   if (g_finishing) _exit(g_exit_code);
-  g_signalled = sig;
   uipc::host_unlink_all_shm();
   uipc::remove_partial_report();
   const char msg[] = "ulysses-ipc: interrupted; no report written\n";

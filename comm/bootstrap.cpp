@@ -141,15 +141,6 @@ void barrier_bounded(MPI_Comm comm, double timeout_s, const std::string& what) {
   allgather_bounded(comm, &none, 1, all.data(), timeout_s, what);
 }
 
-std::vector<IpcHandle> allgather_handles(MPI_Comm comm, const IpcHandle& mine) {
-  int size = 0;
-  UIPC_MPI_CHECK(MPI_Comm_size(comm, &size));
-  std::vector<IpcHandle> all(size);
-  UIPC_MPI_CHECK(MPI_Allgather(mine.bytes.data(), static_cast<int>(mine.bytes.size()), MPI_BYTE,
-                               all.data(), static_cast<int>(mine.bytes.size()), MPI_BYTE, comm));
-  return all;
-}
-
 std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& mine) {
   int size = 0;
   UIPC_MPI_CHECK(MPI_Comm_size(comm, &size));

@@ -58,8 +58,6 @@ void allgather_bounded(MPI_Comm comm, const void* mine, int bytes, void* all, do
 // MPI_Barrier, bounded likewise.
 void barrier_bounded(MPI_Comm comm, double timeout_s, const std::string& what);
 
-// Every rank's handle, indexed by rank of comm.
-std::vector<IpcHandle> allgather_handles(MPI_Comm comm, const IpcHandle& mine);
 // Every rank's string, indexed by rank of comm.
 std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& mine);
 

@@ -194,7 +194,6 @@ class IpcTransport : public Transport {
         dev_.copy_2d(*copy_, static_cast<unsigned char*>(t.peer_ptr[peer]) + c.dst_offset, c.dst_pitch,
                      static_cast<const unsigned char*>(sub.src) + c.src_offset, c.src_pitch, c.width, c.height);
       }
-      if (peer != me_) stats_.bytes_sent += static_cast<int64_t>(exchange_slice_bytes(sub.shape, peers_));
     }
     iv.second->record(*copy_);
 

@@ -112,7 +112,6 @@ class NcclTransport : public Transport {
           dev_.copy_2d(s, static_cast<unsigned char*>(p.result) + c.dst_offset, c.dst_pitch,
                        recv + from * chunk + offset + b * per_batch, c.width, c.width, c.height);
         }
-        if (from != me) stats_.bytes_sent += static_cast<int64_t>(slice);
       }
       offset += slice;
     }

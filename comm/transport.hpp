@@ -55,7 +55,6 @@ struct TransportStats {
   int64_t groups = 0;
   int64_t handshakes = 0;
   int64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0;
-  int64_t bytes_sent = 0;
 };
 
 class Transport {
