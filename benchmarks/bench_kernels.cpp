@@ -1,7 +1,13 @@
 // Times the CUDA kernels and the strided copy on one GPU and prints one table (nothing
 // else is written): attention (cuDNN SDPA and the reference kernel), fused Q/K norm +
 // RoPE, the QKV-sized GEMM, and cudaMemcpy2DAsync of the strided V view. Compare with
-// the anchor figures in shared/device/README.md.
+// the anchor figures in shared/device/README.md. With two GPUs or more it also measures
+// the link between GPUs 0 and 1 with the copy engine, in the shape of the Ulysses2
+// scatter (strided rows of half the heads into a peer's buffer, both directions at
+// once): that rate is the bound the IPC scatter is held against.
+#include <cuda_runtime.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +59,84 @@ DeviceBuffer random_buffer(Device& dev, Stream& s, LayerKernels& k, size_t n, DT
   k.convert_from_f32(s, f.as<float>(), out.get(), static_cast<int64_t>(n), t);
   s.synchronize();
   return out;
+}
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw RuntimeError(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// GPU 0 <-> GPU 1 over cudaMemcpy2DAsync, each device's copy on its own stream: one
+// direction, then both at once (what each rank of a Ulysses2 scatter does). The strided
+// source is the K/V view of a fused QKV buffer (pitch 3 rows), half of its heads.
+void peer_rows(std::vector<Row>& rows) {
+  int n = 0;
+  check(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
+  if (n < 2) {
+    std::printf("bench_kernels: one GPU: no peer-link rows\n");
+    return;
+  }
+  int can01 = 0, can10 = 0;
+  check(cudaDeviceCanAccessPeer(&can01, 0, 1), "cudaDeviceCanAccessPeer");
+  check(cudaDeviceCanAccessPeer(&can10, 1, 0), "cudaDeviceCanAccessPeer");
+  const int64_t S = 65536;  // tokens per rank
+  const size_t row = 24 * 128 * 2, half = row / 2;
+  void *src[2], *dst[2];
+  cudaStream_t st[2];
+  cudaEvent_t e0[2], e1[2];
+  for (int d = 0; d < 2; ++d) {
+    check(cudaSetDevice(d), "cudaSetDevice");
+    if ((d == 0 ? can01 : can10) != 0) {
+      const cudaError_t e = cudaDeviceEnablePeerAccess(1 - d, 0);
+      if (e != cudaErrorPeerAccessAlreadyEnabled) check(e, "cudaDeviceEnablePeerAccess");
+    }
+    check(cudaMalloc(&src[d], S * 3 * row), "cudaMalloc");
+    check(cudaMemset(src[d], 1, S * 3 * row), "cudaMemset");
+    check(cudaMalloc(&dst[d], S * half), "cudaMalloc");
+    check(cudaStreamCreateWithFlags(&st[d], cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaEventCreate(&e0[d]), "cudaEventCreate");
+    check(cudaEventCreate(&e1[d]), "cudaEventCreate");
+  }
+  // Device d sends the second half of its heads of the V view to device 1 - d.
+  auto copy = [&](int d) {
+    check(cudaSetDevice(d), "cudaSetDevice");
+    check(cudaMemcpy2DAsync(dst[1 - d], half, static_cast<char*>(src[d]) + 2 * row + half, 3 * row, half, S,
+                            cudaMemcpyDefault, st[d]),
+          "cudaMemcpy2DAsync to peer");
+  };
+  for (int both = 0; both < 2; ++both) {
+    const int senders = both ? 2 : 1, iters = 20;
+    for (int i = 0; i < 3; ++i)
+      for (int d = 0; d < senders; ++d) copy(d);
+    for (int d = 0; d < senders; ++d) {
+      check(cudaSetDevice(d), "cudaSetDevice");
+      check(cudaStreamSynchronize(st[d]), "cudaStreamSynchronize");
+      check(cudaEventRecord(e0[d], st[d]), "cudaEventRecord");
+    }
+    for (int i = 0; i < iters; ++i)
+      for (int d = 0; d < senders; ++d) copy(d);
+    double worst = 0;
+    for (int d = 0; d < senders; ++d) {
+      check(cudaSetDevice(d), "cudaSetDevice");
+      check(cudaEventRecord(e1[d], st[d]), "cudaEventRecord");
+      check(cudaEventSynchronize(e1[d]), "cudaEventSynchronize");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, e0[d], e1[d]), "cudaEventElapsedTime");
+      worst = std::max(worst, static_cast<double>(ms) / iters);
+    }
+    const double bytes = static_cast<double>(S) * half;
+    rows.push_back({both ? "peer 2D copy, both directions at once" : "peer 2D copy, GPU0 -> GPU1",
+                    "S65536 12 of 24x128 bf16 heads, pitch 3 rows", worst, bytes / worst * 1e-6, "GB/s",
+                    std::string("per direction; peer access ") + (can01 && can10 ? "yes" : "no (staged)")});
+  }
+  for (int d = 0; d < 2; ++d) {
+    check(cudaSetDevice(d), "cudaSetDevice");
+    cudaFree(src[d]);
+    cudaFree(dst[d]);
+    cudaStreamDestroy(st[d]);
+    cudaEventDestroy(e0[d]);
+    cudaEventDestroy(e1[d]);
+  }
+  check(cudaSetDevice(0), "cudaSetDevice");
 }
 
 }  // namespace
@@ -154,6 +238,7 @@ int main() {
                         ms, 2.0 * S * row_bytes / ms * 1e-9, "TB/s", "bytes = read+write"});
       }
     }
+    peer_rows(rows);
     std::printf("\n%-38s | %-34s | %9s | %9s %-7s | %s\n", "kernel", "shape", "ms", "rate", "", "note");
     std::printf("%s\n", std::string(130, '-').c_str());
     for (const auto& r : rows) {

@@ -5,6 +5,14 @@
 # (the device tool's output folder), else to build-gpu/logs.
 #
 #   scripts/gpu_check.sh            # from the repository root or anywhere
+#   STEPS="build tests" scripts/gpu_check.sh    # only some sections (the build always runs)
+#
+# Sections (STEPS, default all): tests (GPU unit tests), bench (kernel benchmark, and the
+# peer link with two GPUs or more), sanitize (compute-sanitizer), app (the app on one GPU:
+# 1 rank, and 2 and 4 ranks sharing it), multi (with two GPUs or more: one GPU per rank,
+# IPC and VMM against NCCL at Ulysses2 on the model decks, and the 4-rank layouts on the
+# GPUs there are). The one-GPU sections pin every rank to the first visible GPU, so a
+# machine with several GPUs also runs what the one-GPU machine runs.
 #
 # Kokkos: where the machine has none, the Debian packages carried in .kokkos/*.deb
 # (apt-get download libtrilinos-kokkos-dev libtrilinos-kokkos-13.2) are unpacked into
@@ -22,6 +30,18 @@ JOBS=${JOBS:-16}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 # NVLink multicast can put a shared host's GPUs out of service: never on.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+STEPS=" ${STEPS:-tests bench sanitize app multi} "
+want() { [[ "$STEPS" == *" $1 "* ]]; }
+# The GPUs this process may use, and the first of them for the one-GPU sections.
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+  NGPU=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)
+  FIRST_GPU=${CUDA_VISIBLE_DEVICES%%,*}
+else
+  FIRST_GPU=0
+fi
+ONE_GPU=(env CUDA_VISIBLE_DEVICES="$FIRST_GPU")  # a prefix that run_step's `timeout` can exec
 
 SUMMARY=()
 note() { SUMMARY+=("$(printf '%-44s | %s' "$1" "$2")"); }
@@ -83,27 +103,29 @@ grep -E "cuDNN|NCCL|Kokkos headers" "$BUILD_LOG" | sort -u >>"$LOG/env.log"
 # --- GPU tests and benchmark
 TEST_LOG=$LOG/tests.log
 : >"$TEST_LOG"
-if [ $built -eq 1 ]; then
-  T=build-gpu/tests
-  run_step "test_cuda_kernels" "$TEST_LOG" 600 "$T/test_cuda_kernels"
+T=build-gpu/tests
+if [ $built -eq 1 ] && want tests; then
+  run_step "test_cuda_kernels" "$TEST_LOG" 600 "${ONE_GPU[@]}" "$T/test_cuda_kernels"
   for np in 1 2 4; do
-    run_step "test_cuda_device np$np" "$TEST_LOG" 300 mpirun -np "$np" --oversubscribe "$T/test_cuda_device"
+    run_step "test_cuda_device np$np (one GPU)" "$TEST_LOG" 300 "${ONE_GPU[@]}" mpirun -np "$np" --oversubscribe \
+      -x CUDA_VISIBLE_DEVICES "$T/test_cuda_device"
   done
+fi
+if [ $built -eq 1 ] && want bench; then
   run_step "bench_kernels" "$LOG/bench.log" 600 "$T/bench_kernels"
 fi
 
 # --- compute-sanitizer over the GPU tests (memcheck, racecheck)
-if [ $built -eq 1 ] && command -v compute-sanitizer >/dev/null 2>&1 && [ "${SANITIZE:-1}" = 1 ]; then
+if [ $built -eq 1 ] && command -v compute-sanitizer >/dev/null 2>&1 && want sanitize; then
   SAN_LOG=$LOG/sanitizer.log
   : >"$SAN_LOG"
-  T=build-gpu/tests
-  run_step "memcheck test_cuda_kernels" "$SAN_LOG" 420 compute-sanitizer --tool memcheck --error-exitcode 9 \
+  run_step "memcheck test_cuda_kernels" "$SAN_LOG" 420 "${ONE_GPU[@]}" compute-sanitizer --tool memcheck --error-exitcode 9 \
     "$T/test_cuda_kernels"
   # Our kernels only: racecheck flags cuDNN's own SDPA kernels (wgmma/TMA code it cannot
   # model), so attention runs on the project's kernel here.
-  run_step "racecheck test_cuda_kernels (own kernels)" "$SAN_LOG" 420 env ULYSSES_ATTENTION=reference \
+  run_step "racecheck test_cuda_kernels (own kernels)" "$SAN_LOG" 420 "${ONE_GPU[@]}" env ULYSSES_ATTENTION=reference \
     compute-sanitizer --tool racecheck --error-exitcode 9 "$T/test_cuda_kernels" --gtest_filter='*Norm*:*Reference*:*Convert*'
-  run_step "memcheck test_cuda_device np2" "$SAN_LOG" 300 mpirun -np 2 --oversubscribe \
+  run_step "memcheck test_cuda_device np2" "$SAN_LOG" 300 "${ONE_GPU[@]}" mpirun -np 2 --oversubscribe -x CUDA_VISIBLE_DEVICES \
     compute-sanitizer --tool memcheck --error-exitcode 9 "$T/test_cuda_device"
 fi
 
@@ -113,15 +135,20 @@ fi
 # nccl transport, gather and TP all-reduce run over MPI staged through the host).
 APP_LOG=$LOG/app.log
 : >"$APP_LOG"
-if run_step "build ulysses-ipc" "$APP_LOG" "${APP_BUILD_LIMIT:-240}" cmake --build build-gpu --target ulysses-ipc -j"$JOBS"; then
-  APP=build-gpu/app/ulysses-ipc
-  mkdir -p "$LOG/reports"
-  app_run() {  # app_run NAME NP DECK [args...]
-    local name=$1 np=$2 deck=$3
-    shift 3
-    run_step "app $name" "$APP_LOG" 600 mpirun -np "$np" --oversubscribe "$APP" "$deck" --mode gpu \
-      -o "$LOG/reports/$name.h5" "$@"
-  }
+APP=build-gpu/app/ulysses-ipc
+mkdir -p "$LOG/reports"
+app_built=0
+if { want app || want multi; } &&
+  run_step "build ulysses-ipc" "$APP_LOG" "${APP_BUILD_LIMIT:-240}" cmake --build build-gpu --target ulysses-ipc -j"$JOBS"; then
+  app_built=1
+fi
+app_run() {  # app_run NAME NP DECK [args...]: every rank on the first visible GPU
+  local name=$1 np=$2 deck=$3
+  shift 3
+  run_step "app $name" "$APP_LOG" "${APP_LIMIT:-300}" "${ONE_GPU[@]}" mpirun -np "$np" --oversubscribe -x CUDA_VISIBLE_DEVICES \
+    "$APP" "$deck" --mode gpu -o "$LOG/reports/$name.h5" "$@"
+}
+if [ $app_built -eq 1 ] && want app; then
   app_run default-np1 1 inputs/default.h5
   app_run default-np2-shared 2 inputs/default.h5 --allow-shared-gpu
   app_run default-np4-shared 4 inputs/default.h5 --allow-shared-gpu
@@ -136,12 +163,45 @@ if run_step "build ulysses-ipc" "$APP_LOG" "${APP_BUILD_LIMIT:-240}" cmake --bui
   for twin in inputs/*-sim.h5; do  # every model family's structure (head_dim 64/72/128, norms) on the GPU
     app_run "$(basename "$twin" .h5)-np2-shared" 2 "$twin" --allow-shared-gpu --quiet
   done
+fi
+
+# --- several GPUs: one GPU per rank. Each model deck is rewritten to compare nccl, ipc
+# and vmm under all three schedules; the cases whose layout fits the rank count run
+# (Ulysses2 at 2 ranks; Ulysses4 and TP2+Ulysses2 at 4; Ulysses8 at 8). Where the GPUs
+# are fewer than 4, the 4-rank protocol deck runs with two ranks a GPU (functional).
+MULTI_LOG=$LOG/multi.log
+: >"$MULTI_LOG"
+if [ $app_built -eq 1 ] && want multi && [ "$NGPU" -ge 2 ]; then
+  nvidia-smi topo -m >>"$LOG/env.log" 2>&1
+  run_step "test_cuda_device np2 (GPU per rank)" "$MULTI_LOG" 300 mpirun -np 2 "$T/test_cuda_device"
+  multi_run() {  # multi_run NAME NP DECK [args...]
+    local name=$1 np=$2 deck=$3
+    shift 3
+    run_step "gpus $name" "$MULTI_LOG" "${APP_LIMIT:-300}" mpirun -np "$np" --oversubscribe \
+      "$APP" "$deck" --mode gpu -o "$LOG/reports/multi-$name.h5" "$@"
+  }
+  multi_run protocol-np2 2 inputs/protocol.h5
+  [ "$NGPU" -lt 4 ] && multi_run "protocol-np4-on-${NGPU}gpus" 4 inputs/protocol.h5 --allow-shared-gpu
+  for np in 2 4 8; do
+    [ "$np" -gt "$NGPU" ] && break
+    for preset in flux-dev-1024 flux-dev-2048 hunyuanvideo-720p; do
+      iters=()  # the video layer takes ~0.2 s at Ulysses2: fewer layers
+      [ "$preset" = hunyuanvideo-720p ] && iters=(--warmup 3 --iterations 10 --repeats 2)
+      "$APP" deck new --preset "$preset" --transports nccl,ipc,vmm --schedules baseline,v-first,v-first-split \
+        "${iters[@]}" -o "$LOG/$preset-all.h5" >>"$MULTI_LOG" 2>&1
+      multi_run "$preset-np$np" "$np" "$LOG/$preset-all.h5"
+    done
+  done
+fi
+
+if [ $app_built -eq 1 ]; then
   PY=python3
   [ -x /opt/torch/.venv/bin/python ] && PY=/opt/torch/.venv/bin/python
-  "$PY" - "$LOG/reports" >"$LOG/app-table.txt" 2>&1 <<'PYEOF'
+  LINK_GBS=$(grep -m1 "^peer 2D copy, both directions" "$LOG/bench.log" 2>/dev/null | awk -F'|' '{print $4}' | awk '{print $1}')
+  "$PY" - "$LOG/reports" "$LINK_GBS" >"$LOG/app-table.txt" 2>&1 <<'PYEOF'
 import glob, sys
 import h5py, numpy as np
-print(f"{'report':22} {'case':16} {'run':20} {'used':5} {'attn':10} {'parity':6} {'max_abs':>9} "
+print(f"{'report':22} {'case':22} {'run':20} {'used':5} {'attn':10} {'parity':6} {'max_abs':>9} "
       f"{'proj':>7} {'norm':>7} {'scat':>7} {'attn':>7} {'gath':>7} {'oproj':>7} {'layer':>8} {'V/QK ovl':>8} "
       f"{'V copy':>7} {'hidden':>6}")
 for path in sorted(glob.glob(sys.argv[1] + "/*.h5")):
@@ -153,10 +213,52 @@ for path in sorted(glob.glob(sys.argv[1] + "/*.h5")):
                 med = a["median_ms"]
                 ov = np.median(g[run]["v_overlap_ms"][...]) if "v_overlap_ms" in g[run] else float("nan")
                 vc = np.median(g[run]["v_copy_ms"][...]) if "v_copy_ms" in g[run] else float("nan")
-                print(f"{path.split('/')[-1][:-3]:22} {case[:16]:16} {run[:20]:20} {a['transport_used']:5} "
+                print(f"{path.split('/')[-1][:-3]:22} {case[:22]:22} {run[:20]:20} {a['transport_used']:5} "
                       f"{str(a.get('attention', ''))[:10]:10} {'PASS' if a['parity_pass'] else 'FAIL':6} "
                       f"{a['parity_max_abs']:9.2e} " + " ".join(f"{m:7.3f}" for m in med[:6]) +
                       f" {med[6]:8.3f} {ov:8.3f} {vc:7.3f} {100 * ov / vc if vc > 0 else float('nan'):5.0f}%")
+
+# One GPU per rank: the scatter of each transport against NCCL all-to-all under the same
+# schedule, and against the link bound: the bytes a rank sends to its peers over the
+# copy engine's measured peer rate with both directions busy (bench_kernels' "peer 2D
+# copy, both directions at once"; one peer at Ulysses2, so that rate bounds the scatter).
+link = float(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] else float("nan")
+multi = sorted(glob.glob(sys.argv[1] + "/multi-*.h5"))
+if multi:
+    print()
+    print(f"one GPU per rank: scatter median (ms) of the critical path; x = nccl's scatter / this one's, same "
+          f"schedule; bound = bytes sent / {link:.0f} GB/s (measured peer rate), the v-first rows hide V so "
+          f"their scatter is only the exposed part")
+    print(f"{'report':28} {'case':22} {'schedule':14} {'MB sent':>8} {'bound':>7} " +
+          " ".join(f"{t + ' scat':>9} {t + ' x':>6} {t + ' %bd':>6}" for t in ("nccl", "ipc", "vmm")) +
+          f" {'layer nccl':>10} {'layer ipc':>9} {'V hidden':>8}")
+for path in multi:
+    with h5py.File(path, "r") as f:
+        if f.attrs.get("mode", b"") not in ("gpu", b"gpu"):
+            continue
+        for case in f.attrs["cases"]:
+            g = f["cases"][case]
+            runs = {r: g[r].attrs for r in g.attrs["runs"]}
+            for sched in ("baseline", "v-first", "v-first-split"):
+                row = {t: runs.get(f"{t}.{sched}") for t in ("nccl", "ipc", "vmm")}
+                if row["nccl"] is None or row["ipc"] is None:
+                    continue
+                sent = row["nccl"]["scatter_bytes_per_rank"]
+                bound = sent / (link * 1e9) * 1e3
+                cells = []
+                for t in ("nccl", "ipc", "vmm"):
+                    a = row[t]
+                    if a is None or (t != "nccl" and a["transport_used"] != t):
+                        cells.append(f"{'-':>9} {'-':>6} {'-':>6}")
+                        continue
+                    sc = a["median_ms"][2]
+                    cells.append(f"{sc:9.3f} {row['nccl']['median_ms'][2] / sc:6.2f} {100 * bound / sc:5.0f}%")
+                ip = g[f"ipc.{sched}"]
+                ov = np.median(ip["v_overlap_ms"][...]) if "v_overlap_ms" in ip else float("nan")
+                vc = np.median(ip["v_copy_ms"][...]) if "v_copy_ms" in ip else float("nan")
+                print(f"{path.split('/')[-1][:-3]:28} {case[:22]:22} {sched:14} {sent / 1e6:8.1f} {bound:7.3f} " +
+                      " ".join(cells) + f" {row['nccl']['median_ms'][6]:10.3f} {row['ipc']['median_ms'][6]:9.3f} "
+                      f"{100 * ov / vc if vc > 0 else float('nan'):7.0f}%")
 PYEOF
 fi
 
@@ -173,7 +275,7 @@ fi
   fi
   if [ -s "$LOG/bench.log" ]; then
     echo
-    grep -E "^(kernel|---|attention|norm|gemm|cudaMemcpy|device)" "$LOG/bench.log"
+    grep -E "^(kernel|---|attention|norm|gemm|cudaMemcpy|peer|device)" "$LOG/bench.log"
   fi
 } | tee "$LOG/summary.txt"
 if [ -n "${OUT:-}" ]; then
