@@ -172,8 +172,10 @@ class Device {
   // Why this device cannot take part in the vmm transport beyond the IPC checks ("" =
   // it can): file-descriptor shareable memory that takes stream memory operations.
   virtual std::string vmm_ineligible_reason() { return "not supported"; }
-  // The device's ordinal on its node (CUDA), -1 for the host device.
-  virtual int ordinal() const { return -1; }
+  // The device's ordinal on its node: the CUDA ordinal; on the host device the rank, as
+  // every rank is a simulated GPU of its own (ranks normally differ in it, so nothing
+  // that must be identical on every rank may hold it).
+  virtual int ordinal() const = 0;
   // Why this device cannot copy into a peer device's memory ("" = it can).
   virtual std::string peer_ineligible_reason(int peer_ordinal) { (void)peer_ordinal; return ""; }
 

@@ -514,6 +514,7 @@ HostEvent& impl_of(Event& e) {
 
 class HostDevice final : public Device {
  public:
+  int ordinal() const override { return rank_; }
   explicit HostDevice(int rank) : rank_(rank) {
     // Names of unsealed segments must not outlive an exit that skips destructors.
     std::call_once(g_atexit_once, [] { std::atexit(unlink_all_at_exit); });

@@ -39,15 +39,16 @@
 namespace uipc {
 namespace {
 
-// What identifies a cached target. Identical on every rank for the same submission.
+// What identifies a cached target. Identical on every rank for the same submission (so
+// nothing rank-local, such as the device ordinal, belongs in it).
 struct TargetKey {
-  int64_t tag, dir, batch, seq_local, heads, head_dim, dtype, device;
+  int64_t tag, dir, batch, seq_local, heads, head_dim, dtype;
   bool operator==(const TargetKey& o) const { return std::memcmp(this, &o, sizeof(*this)) == 0; }
   std::string describe() const {
     std::ostringstream s;
     s << "tag " << tag_name(static_cast<Tag>(tag)) << (dir == 0 ? " scatter" : " gather") << " (B" << batch
       << ", S/P " << seq_local << ", H " << heads << ", D " << head_dim << ", "
-      << dtype_name(static_cast<DType>(dtype)) << ", device " << device << ")";
+      << dtype_name(static_cast<DType>(dtype)) << ")";
     return s.str();
   }
 };
@@ -263,7 +264,7 @@ class IpcTransport : public Transport {
 
   Target& target_for(const Submission& sub) {
     TargetKey key{static_cast<int64_t>(sub.tag), static_cast<int64_t>(sub.dir), sub.shape.batch, sub.shape.seq_local,
-                  sub.shape.heads, sub.shape.head_dim, static_cast<int64_t>(sub.shape.dtype), dev_.ordinal()};
+                  sub.shape.heads, sub.shape.head_dim, static_cast<int64_t>(sub.shape.dtype)};
     ++use_clock_;
     for (auto& t : cache_) {
       if (t.key == key) {
