@@ -153,7 +153,9 @@ class IpcTransport : public Transport {
     else
       path_ = std::make_unique<IpcHandlePath>(dev_, comm_);
     copy_ = dev_.create_stream(StreamPriority::kHigh);
+    self_ = dev_.create_stream(StreamPriority::kHigh);
     ready_evt_ = dev_.create_event();
+    self_done_ = dev_.create_event();
     released_ = dev_.create_event();
     // Signal words: ready[peers] then release[peers], zero (device memory starts zeroed
     // on the host device; set explicitly for CUDA).
@@ -168,6 +170,7 @@ class IpcTransport : public Transport {
     // Local release only (no collective): drain our streams, then drop mappings and memory.
     try {
       copy_->synchronize();
+      self_->synchronize();
     } catch (...) {
       // Already failing; the error was reported where it happened.
     }
@@ -183,19 +186,26 @@ class IpcTransport : public Transport {
     Target& t = target_for(sub);
     group_->tags += std::string(group_->tags.empty() ? "" : ",") + tag_name(sub.tag);
 
-    // The copy stream reads the source only once the producer has written it.
+    // The copy streams read the source only once the producer has written it. The peers'
+    // slices go on the copy stream, my own slice on a second stream beside it, so that
+    // the local copy runs while the link is busy instead of after it; the copy stream
+    // waits for it before the tag's interval ends (and so before the group's handshake).
     ready_evt_->record(producer);
     dev_.stream_wait_event(*copy_, *ready_evt_);
+    dev_.stream_wait_event(*self_, *ready_evt_);
     auto& iv = intervals_[sub.tag];
     if (!iv.first) iv = {dev_.create_event(), dev_.create_event()};
     iv.first->record(*copy_);
     for (int i = 0; i < peers_; ++i) {
-      const int peer = (me_ + i) % peers_;  // start with the next rank: spreads the load
+      const int peer = (me_ + 1 + i) % peers_;  // start with the next rank: spreads the load
+      Stream& s = peer == me_ ? *self_ : *copy_;
       for (const Copy2D& c : exchange_copies(sub, me_, peer, peers_)) {
-        dev_.copy_2d(*copy_, static_cast<unsigned char*>(t.peer_ptr[peer]) + c.dst_offset, c.dst_pitch,
+        dev_.copy_2d(s, static_cast<unsigned char*>(t.peer_ptr[peer]) + c.dst_offset, c.dst_pitch,
                      static_cast<const unsigned char*>(sub.src) + c.src_offset, c.src_pitch, c.width, c.height);
       }
     }
+    self_done_->record(*self_);
+    dev_.stream_wait_event(*copy_, *self_done_);
     iv.second->record(*copy_);
 
     auto ex = std::make_unique<GroupExchange>(t.mine.get(), group_, dev_);
@@ -220,6 +230,7 @@ class IpcTransport : public Transport {
 
   void close_peer_mappings() override {
     copy_->synchronize();
+    self_->synchronize();
     for (auto& t : cache_) t.mapped.clear();
     signal_maps_.clear();
   }
@@ -301,6 +312,7 @@ class IpcTransport : public Transport {
     auto victim = std::min_element(cache_.begin(), cache_.end(),
                                    [](const Target& a, const Target& b) { return a.last_used < b.last_used; });
     copy_->synchronize();      // none of our copies into peers' targets in flight
+    self_->synchronize();      // nor into our own
     if (released_epoch_ > 0) released_->synchronize();  // our consumer is done reading
     barrier_bounded(comm_.get(), dev_.watchdog_seconds(), "the eviction of " + victim->key.describe());
     victim->mapped.clear();    // importers close ...
@@ -314,8 +326,8 @@ class IpcTransport : public Transport {
   int capacity_;
   std::unique_ptr<MappingPath> path_;  // ipc or vmm: the only difference between them
   int me_ = 0, peers_ = 1;
-  std::unique_ptr<Stream> copy_;
-  std::unique_ptr<Event> ready_evt_, released_;
+  std::unique_ptr<Stream> copy_, self_;
+  std::unique_ptr<Event> ready_evt_, self_done_, released_;
   DeviceBuffer signals_;
   std::vector<PeerMapping> signal_maps_;
   std::vector<void*> peer_signals_;

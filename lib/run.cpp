@@ -310,6 +310,10 @@ int run_deck(const RunOptions& opt) {
           std::vector<LayerTiming> times;
           for (int it = 0; it < c.iterations; ++it) {
             pipe.poison_output();
+            // Ranks start each timed layer together, so that a stage's time is the
+            // layer's own and not one rank's host delay in launching it (which every
+            // transport would otherwise pay as waiting in its first collective).
+            barrier_bounded(MPI_COMM_WORLD, wd, "the start of a timed layer of " + tname + "/" + sname);
             pipe.enqueue_layer();
             compute->synchronize();
             times.push_back(pipe.last_timing());
