@@ -197,8 +197,11 @@ fi
 if [ $app_built -eq 1 ]; then
   PY=python3
   [ -x /opt/torch/.venv/bin/python ] && PY=/opt/torch/.venv/bin/python
+  # One GPU per rank: each transport's scatter against NCCL's under the same schedule
+  # ("scatter x") and against the link bound, the bytes a rank sends over bench_kernels'
+  # measured peer rate with both directions busy ("link bound").
   LINK_GBS=$(grep -m1 "^peer 2D copy, both directions" "$LOG/bench.log" 2>/dev/null | awk -F'|' '{print $4}' | awk '{print $1}')
-  "$PY" - "$LOG/reports" "$LINK_GBS" >"$LOG/app-table.txt" 2>&1 <<'PYEOF'
+  "$PY" - "$LOG/reports" >"$LOG/app-table.txt" 2>&1 <<'PYEOF'
 import glob, sys
 import h5py, numpy as np
 print(f"{'report':22} {'case':22} {'run':20} {'used':5} {'attn':10} {'parity':6} {'max_abs':>9} "
@@ -218,48 +221,12 @@ for path in sorted(glob.glob(sys.argv[1] + "/*.h5")):
                       f"{a['parity_max_abs']:9.2e} " + " ".join(f"{m:7.3f}" for m in med[:6]) +
                       f" {med[6]:8.3f} {ov:8.3f} {vc:7.3f} {100 * ov / vc if vc > 0 else float('nan'):5.0f}%")
 
-# One GPU per rank: the scatter of each transport against NCCL all-to-all under the same
-# schedule, and against the link bound: the bytes a rank sends to its peers over the
-# copy engine's measured peer rate with both directions busy (bench_kernels' "peer 2D
-# copy, both directions at once"; one peer at Ulysses2, so that rate bounds the scatter).
-link = float(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] else float("nan")
-multi = sorted(glob.glob(sys.argv[1] + "/multi-*.h5"))
-if multi:
-    print()
-    print(f"one GPU per rank: scatter median (ms) of the critical path; x = nccl's scatter / this one's, same "
-          f"schedule; bound = bytes sent / {link:.0f} GB/s (measured peer rate), the v-first rows hide V so "
-          f"their scatter is only the exposed part")
-    print(f"{'report':28} {'case':22} {'schedule':14} {'MB sent':>8} {'bound':>7} " +
-          " ".join(f"{t + ' scat':>9} {t + ' x':>6} {t + ' %bd':>6}" for t in ("nccl", "ipc", "vmm")) +
-          f" {'layer nccl':>10} {'layer ipc':>9} {'V hidden':>8}")
-for path in multi:
-    with h5py.File(path, "r") as f:
-        if f.attrs.get("mode", b"") not in ("gpu", b"gpu"):
-            continue
-        for case in f.attrs["cases"]:
-            g = f["cases"][case]
-            runs = {r: g[r].attrs for r in g.attrs["runs"]}
-            for sched in ("baseline", "v-first", "v-first-split"):
-                row = {t: runs.get(f"{t}.{sched}") for t in ("nccl", "ipc", "vmm")}
-                if row["nccl"] is None or row["ipc"] is None:
-                    continue
-                sent = row["nccl"]["scatter_bytes_per_rank"]
-                bound = sent / (link * 1e9) * 1e3
-                cells = []
-                for t in ("nccl", "ipc", "vmm"):
-                    a = row[t]
-                    if a is None or (t != "nccl" and a["transport_used"] != t):
-                        cells.append(f"{'-':>9} {'-':>6} {'-':>6}")
-                        continue
-                    sc = a["median_ms"][2]
-                    cells.append(f"{sc:9.3f} {row['nccl']['median_ms'][2] / sc:6.2f} {100 * bound / sc:5.0f}%")
-                ip = g[f"ipc.{sched}"]
-                ov = np.median(ip["v_overlap_ms"][...]) if "v_overlap_ms" in ip else float("nan")
-                vc = np.median(ip["v_copy_ms"][...]) if "v_copy_ms" in ip else float("nan")
-                print(f"{path.split('/')[-1][:-3]:28} {case[:22]:22} {sched:14} {sent / 1e6:8.1f} {bound:7.3f} " +
-                      " ".join(cells) + f" {row['nccl']['median_ms'][6]:10.3f} {row['ipc']['median_ms'][6]:9.3f} "
-                      f"{100 * ov / vc if vc > 0 else float('nan'):7.0f}%")
 PYEOF
+  for r in "$LOG"/reports/multi-*.h5; do
+    [ -f "$r" ] || continue
+    echo
+    PYTHONPATH=$ROOT/postprocess "$PY" -m ulysses_post summarize "$r" ${LINK_GBS:+--link-gbs "$LINK_GBS"}
+  done >>"$LOG/app-table.txt" 2>&1
 fi
 
 # --- summary, last

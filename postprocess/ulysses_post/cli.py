@@ -8,6 +8,7 @@ code 2, as the app does for bad input; a traceback would mean a bug here.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -16,6 +17,16 @@ from . import __version__
 from .report import ReportError, load_report
 
 EXIT_BAD_INPUT = 2
+
+
+def _positive(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not (x > 0 and math.isfinite(x)):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number: {value!r}")
+    return x
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("report", metavar="REPORT")
     s.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
     s.add_argument("--csv", action="store_true", help="one CSV row per run on stdout instead of the tables")
+    s.add_argument("--link-gbs", type=_positive, metavar="GB/S",
+                   help="the link's rate per direction (e.g. bench_kernels' 'peer 2D copy, both directions'): "
+                        "adds each run's scatter against the bound bytes sent / GB/S")
 
     c = sub.add_parser("compare", help="A/B of two reports: layer medians, ratio, spread of the repeats",
                        description="Per case and run present in both reports: layer median of A and B, the "
@@ -57,7 +71,7 @@ def _run(args: argparse.Namespace) -> None:
     if args.command == "summarize":
         from .summarize import summarize
 
-        summarize(load_report(args.report), args.case, args.csv)
+        summarize(load_report(args.report), args.case, args.csv, link_gbs=args.link_gbs)
     elif args.command == "compare":
         from .compare import compare
 

@@ -157,6 +157,12 @@ class Run:
         """Per repeat, the median critical-path time of `stage`: the unit of run-to-run noise."""
         return stats.repeat_medians(self.stage_ms, self.stage(stage))
 
+    def link_bound_fraction(self, link_gbs: float) -> float:
+        """The scatter's link bound (bytes a rank sends / `link_gbs`) over its median: 1 is
+        the bound. Under v-first schedules only the exposed part of the scatter is timed."""
+        scatter = float(self.median_ms[self.stage("scatter")])
+        return stats.ratio(self.scatter_bytes_per_rank / (link_gbs * 1e9) * 1e3, scatter)
+
     def v_overlap_median(self) -> float | None:
         """Median over every rank's timed layers of the V/QK overlap; None when not measured."""
         if self.v_overlap_ms is None:
@@ -188,6 +194,14 @@ class Case:
         base = self.baseline()
         assert base is not None, "a case with a run has a baseline"
         return stats.ratio(base.layer_median, run.layer_median)
+
+    def scatter_speedup(self, run: Run) -> float | None:
+        """NCCL's scatter median over this run's, under the same schedule (the transports'
+        own comparison); None when the case has no nccl run of that schedule."""
+        nccl = self.run(f"nccl.{run.schedule}")
+        if nccl is None:
+            return None
+        return stats.ratio(float(nccl.median_ms[nccl.stage("scatter")]), float(run.median_ms[run.stage("scatter")]))
 
 
 

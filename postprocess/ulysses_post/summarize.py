@@ -7,6 +7,7 @@ stage by stage, how much faster than the NCCL baseline it is, and whether it is 
 from __future__ import annotations
 
 import csv
+import math
 import sys
 from typing import TextIO
 
@@ -37,7 +38,17 @@ def _baseline_note(case: Case) -> str:
     return f"speedup against the first run {base.name} (this case has no {BASELINE_RUN})"
 
 
-def case_lines(case: Case) -> list[str]:
+def _scatter_x(case: Case, run: Run) -> str:
+    x = case.scatter_speedup(run)
+    return "-" if x is None else text.factor(x)
+
+
+def _bound(run: Run, link_gbs: float | None) -> str:
+    f = run.link_bound_fraction(link_gbs) if link_gbs else math.nan
+    return "-" if math.isnan(f) else f"{100 * f:.0f}%"
+
+
+def case_lines(case: Case, link_gbs: float | None = None) -> list[str]:
     """The text block of one case: header, table, footnotes."""
     degree = f"ulysses {case.degree}" + (" (deck: 0 = all ranks / tp)" if case.ulysses_deck == 0 else "")
     shape = case.runs[0].stage_ms.shape if case.runs else (0, 0, 0)
@@ -48,29 +59,34 @@ def case_lines(case: Case) -> list[str]:
         + _baseline_note(case),
     ]
     headers = ["transport", "schedule", "projection", *_STAGE_HEADERS, "layer p10", "layer p90", "speedup",
-               "parity", "max_abs", "rel_l2", "V/QK overlap"]
+               "scatter x", *(["link bound"] if link_gbs else []), "parity", "max_abs", "rel_l2", "V/QK overlap"]
     rows = []
     for run in case.runs:
         layer = run.stage("layer")
         rows.append([_transport(run), run.schedule, run.projection or "-",
                      *(text.ms(v) for v in run.median_ms), text.ms(run.p10_ms[layer]), text.ms(run.p90_ms[layer]),
-                     text.factor(case.speedup(run)), _parity(run), text.sci(run.parity_max_abs),
+                     text.factor(case.speedup(run)), _scatter_x(case, run),
+                     *([_bound(run, link_gbs)] if link_gbs else []), _parity(run), text.sci(run.parity_max_abs),
                      text.sci(run.parity_rel_l2), text.ms(run.v_overlap_median())])
     lines += ["  " + line for line in text.table(headers, rows, left=3)]
     for run in case.runs:
         if run.fell_back:
             lines.append(f"  * {run.name}: the scatter ran on {run.transport_used}, not {run.transport}: "
                          f"{run.fallback_reason or 'no reason given'}")
+    lines.append("  scatter x: the nccl run's scatter median / this run's, same schedule ('-': no such run)")
+    if link_gbs:
+        lines.append(f"  link bound: (bytes a rank sends in the scatter / {link_gbs:g} GB/s) / scatter median; "
+                     "under v-first schedules only the scatter's exposed part is timed")
     if any(r.v_overlap_ms is not None for r in case.runs):
         lines.append("  V/QK overlap: median over every rank's timed layers of the time the V scatter and "
                      "Q/K norm + RoPE ran at once ('-': not measured)")
     return lines
 
 
-def write_text(report: Report, cases: list[Case], out: TextIO) -> None:
+def write_text(report: Report, cases: list[Case], out: TextIO, link_gbs: float | None = None) -> None:
     lines = text.provenance(report)
     for case in cases:
-        lines += ["", *case_lines(case)]
+        lines += ["", *case_lines(case, link_gbs)]
     if not cases:
         lines += ["", "(the report holds no cases)"]
     out.write("\n".join(lines) + "\n")
@@ -80,10 +96,11 @@ CSV_FIELDS = (["report", "mode", "world_size", "case", "ulysses_degree", "run", 
                "fallback_reason", "schedule", "projection", "repeats", "iterations", "ranks"]
               + [f"{s}_median_ms" for s in STAGES]
               + ["layer_p10_ms", "layer_p90_ms", "baseline_run", "speedup", "parity_pass", "parity_finite",
-                 "parity_max_abs", "parity_rel_l2", "v_overlap_median_ms", "scatter_bandwidth_gbs"])
+                 "parity_max_abs", "parity_rel_l2", "v_overlap_median_ms", "scatter_bandwidth_gbs",
+                 "scatter_bytes_per_rank", "scatter_speedup_vs_nccl", "link_bound_fraction"])
 
 
-def write_csv(report: Report, cases: list[Case], out: TextIO) -> None:
+def write_csv(report: Report, cases: list[Case], out: TextIO, link_gbs: float | None = None) -> None:
     """One CSV row per run, for spreadsheets and scripts (full precision, no units in cells)."""
     w = csv.writer(out, lineterminator="\n")
     w.writerow(CSV_FIELDS)
@@ -92,22 +109,26 @@ def write_csv(report: Report, cases: list[Case], out: TextIO) -> None:
         for run in case.runs:
             layer = run.stage("layer")
             overlap: float | None = run.v_overlap_median()
+            sx = case.scatter_speedup(run)
             w.writerow([report.path, report.mode, report.world_size, case.name, case.degree, run.name,
                         run.transport, run.transport_used, run.fallback_reason, run.schedule, run.projection,
                         run.repeats, run.iterations, run.ranks, *(repr(float(v)) for v in run.median_ms),
                         repr(float(run.p10_ms[layer])), repr(float(run.p90_ms[layer])),
                         base.name if base else "", repr(case.speedup(run)), int(run.parity_pass),
                         int(run.parity_finite), repr(run.parity_max_abs), repr(run.parity_rel_l2),
-                        "" if overlap is None else repr(overlap), repr(run.scatter_bandwidth_gbs)])
+                        "" if overlap is None else repr(overlap), repr(run.scatter_bandwidth_gbs),
+                        run.scatter_bytes_per_rank, "" if sx is None else repr(sx),
+                        repr(run.link_bound_fraction(link_gbs)) if link_gbs else ""])
 
 
-def summarize(report: Report, case_names: list[str] | None, as_csv: bool, out: TextIO | None = None) -> None:
+def summarize(report: Report, case_names: list[str] | None, as_csv: bool, out: TextIO | None = None,
+              link_gbs: float | None = None) -> None:
     out = out or sys.stdout  # looked up at call time, so that redirection works
     cases = report.select(case_names)
     if as_csv:
         if report.simulated:
             # stdout stays machine-readable; the caveat goes where a person sees it.
             sys.stderr.write(f"ulysses-post: {report.path}: {text.SIM_NOTE}\n")
-        write_csv(report, cases, out)
+        write_csv(report, cases, out, link_gbs)
     else:
-        write_text(report, cases, out)
+        write_text(report, cases, out, link_gbs)

@@ -45,6 +45,47 @@ def test_speedup_against_nccl_baseline_else_first_run(synthetic: Path) -> None:
     assert b.speedup(b.runs[0]) == 1.0
 
 
+def _scatter_median(f: h5py.File, case: str, run: str) -> float:
+    """The schema's definition, straight from stage_ms: max over ranks, then the median."""
+    return float(np.median(f["cases"][case][run]["stage_ms"][()][..., 2].max(axis=2)))
+
+
+def test_scatter_against_nccl_of_the_same_schedule_and_the_link_bound(
+        synthetic: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["summarize", str(synthetic), "--csv", "--link-gbs", "50"]) == 0
+    rows = {(r["case"], r["run"]): r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    with h5py.File(synthetic, "r") as f:
+        nccl = _scatter_median(f, "a", "nccl.baseline")
+        for case, run in rows:
+            row, scatter = rows[case, run], _scatter_median(f, case, run)
+            sent = f["cases"][case][run].attrs["scatter_bytes_per_rank"]
+            assert int(row["scatter_bytes_per_rank"]) == sent
+            assert float(row["link_bound_fraction"]) == pytest.approx(sent / 50e9 * 1e3 / scatter, rel=1e-12)
+            if (case, run) in (("a", "nccl.baseline"), ("a", "ipc.baseline")):
+                assert float(row["scatter_speedup_vs_nccl"]) == pytest.approx(nccl / scatter, rel=1e-12)
+            else:  # no nccl run of that schedule in the case
+                assert row["scatter_speedup_vs_nccl"] == ""
+    # Without --link-gbs there is no bound, in the CSV or the table.
+    assert main(["summarize", str(synthetic), "--csv"]) == 0
+    assert {r["link_bound_fraction"] for r in csv.DictReader(io.StringIO(capsys.readouterr().out))} == {""}
+    out = io.StringIO()
+    summarize(load_report(str(synthetic)), ["a"], False, out)
+    assert "scatter x" in out.getvalue() and "link bound" not in out.getvalue()
+    out = io.StringIO()
+    summarize(load_report(str(synthetic)), ["a"], False, out, link_gbs=50.0)
+    with h5py.File(synthetic, "r") as f:
+        pct = 100 * 3 * 1024 * 1024 / 50e9 * 1e3 / _scatter_median(f, "a", "ipc.v-first")
+    assert "link bound" in out.getvalue() and f"{pct:.0f}%" in out.getvalue()
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "nan", "inf", "fast"])
+def test_link_rate_must_be_a_positive_number(synthetic: Path, bad: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["summarize", str(synthetic), "--link-gbs", bad])
+    assert e.value.code == 2 and "--link-gbs" in capsys.readouterr().err
+
+
 def test_summarize_text(synthetic: Path) -> None:
     out = io.StringIO()
     summarize(load_report(str(synthetic)), None, False, out)
