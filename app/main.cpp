@@ -4,11 +4,13 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <unistd.h>
 
 #include "base/error.hpp"
@@ -58,8 +60,22 @@ extern "C" void on_signal(int /*sig*/) {
   if (g_finishing) _exit(g_exit_code);
   uipc::host_unlink_all_shm();
   uipc::remove_partial_report();
-  const char msg[] = "ulysses-ipc: interrupted; no report written\n";
-  ssize_t ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+  // "ulysses-ipc: rank R interrupted (while ACTIVITY); no report written", with
+  // async-signal-safe calls only.
+  char line[256];
+  size_t n = 0;
+  auto put = [&](const char* t) {
+    while (*t && n < sizeof(line) - 1) line[n++] = *t++;
+  };
+  char digits[12];
+  int d = 0;
+  for (unsigned r = static_cast<unsigned>(uipc::error_rank()); d == 0 || r > 0; r /= 10) digits[d++] = '0' + r % 10;
+  put("ulysses-ipc: rank ");
+  while (d > 0 && n < sizeof(line) - 1) line[n++] = digits[--d];
+  put(" interrupted (while ");
+  put(uipc::current_activity());
+  put("); no report written\n");
+  ssize_t ignored = write(STDERR_FILENO, line, n);
   (void)ignored;
   _exit(uipc::kExitInterrupted);
 }
@@ -195,6 +211,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ulysses-ipc: error on rank %d: %s\n", rank, uipc::printable(e.what()).c_str());
     std::fflush(stderr);
     uipc::host_unlink_all_shm();
+    // A peer timeout: the peers it names are often stuck on a wait whose own watchdog
+    // fires moments later and says what they wait for. Let them speak before the abort.
+    if (e.exit_code() == uipc::kExitPeerTimeout) std::this_thread::sleep_for(std::chrono::seconds(2));
     MPI_Abort(MPI_COMM_WORLD, e.exit_code());
     return e.exit_code();
   } catch (const std::exception& e) {

@@ -41,6 +41,13 @@ std::string printable(const std::string& s) {
   return out;
 }
 
+namespace {
+std::atomic<const char*> g_activity{"starting"};
+}  // namespace
+
+void set_activity(const char* literal) { g_activity.store(literal, std::memory_order_relaxed); }
+const char* current_activity() { return g_activity.load(std::memory_order_relaxed); }
+
 void set_error_rank(int rank) { g_rank.store(rank); }
 int error_rank() { return g_rank.load(); }
 

@@ -68,6 +68,12 @@ std::string printable(const std::string& s);
 // Tells error messages which rank they come from (set once after MPI_Init).
 void set_error_rank(int rank);
 int error_rank();
+// What this rank is doing, as a static string ("in the TP all-reduce"): kept so that a
+// rank taken down from outside (another rank's MPI_Abort, a signal) can say where it
+// was, which tells a rank stuck in a call that no watchdog bounds from one that was
+// merely waiting. Async-signal-safe to read; pass string literals only.
+void set_activity(const char* literal);
+const char* current_activity();
 // "file:line [host rank R]"
 std::string error_where(const char* file, int line);
 

@@ -134,11 +134,12 @@ void alltoall_bounded(MPI_Comm comm, const void* send, void* recv, size_t bytes_
 }
 
 void barrier_bounded(MPI_Comm comm, double timeout_s, const std::string& what) {
-  char none = 0;
+  // A byte to and from every rank rather than MPI_Ibarrier: point to point, so a timeout
+  // names the ranks that did not arrive.
   int size = 0;
   UIPC_MPI_CHECK(MPI_Comm_size(comm, &size));
-  std::vector<char> all(static_cast<size_t>(size));
-  allgather_bounded(comm, &none, 1, all.data(), timeout_s, what);
+  std::vector<char> none(static_cast<size_t>(size), 0), all(static_cast<size_t>(size));
+  alltoall_bounded(comm, none.data(), all.data(), 1, timeout_s, what);
 }
 
 std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& mine) {

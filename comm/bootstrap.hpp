@@ -52,10 +52,11 @@ void wait_bounded(MPI_Request* reqs, int n, double timeout_s, const std::string&
 void alltoall_bounded(MPI_Comm comm, const void* send, void* recv, size_t bytes_per_peer, double timeout_s,
                       const std::string& what);
 // MPI_Allgather of `bytes` per rank that gives up after `timeout_s` with a PeerTimeout
-// naming `what` and the ranks that never arrived, instead of hanging.
+// naming `what` (not the missing ranks: a collective request does not say who they are),
+// instead of hanging.
 void allgather_bounded(MPI_Comm comm, const void* mine, int bytes, void* all, double timeout_s,
                        const std::string& what);
-// MPI_Barrier, bounded likewise.
+// A barrier, bounded likewise; point to point, so a timeout names the missing ranks.
 void barrier_bounded(MPI_Comm comm, double timeout_s, const std::string& what);
 
 // Every rank's string, indexed by rank of comm.

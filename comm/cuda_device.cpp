@@ -179,7 +179,7 @@ struct WaitLog {
 
 class CudaDevice;
 
-std::string describe_timeout(CudaDevice& dev, WaitLog* log, double seconds, const char* what);
+std::string describe_timeout(CudaDevice& dev, double seconds, const char* what);
 
 // ---------------------------------------------------------------- streams and events
 
@@ -212,9 +212,7 @@ class CudaEvent : public Event {
   CudaEvent(CudaDevice* dev, cudaEvent_t e) : dev_(dev), event_(e) {}
   ~CudaEvent() override { cudaEventDestroy(event_); }
   void record(Stream& s) override {
-    auto& cs = cuda_stream(s);
-    UIPC_CUDA_CHECK(cudaEventRecord(event_, cs.get()));
-    recorded_on_ = cs.log();
+    UIPC_CUDA_CHECK(cudaEventRecord(event_, cuda_stream(s).get()));
   }
   bool query() override { return query_done(cudaEventQuery(event_), "cudaEventQuery(event)"); }
   void synchronize() override;
@@ -223,7 +221,6 @@ class CudaEvent : public Event {
  private:
   CudaDevice* dev_;
   cudaEvent_t event_;
-  std::weak_ptr<WaitLog> recorded_on_;  // the waits of the stream it was last recorded on
 };
 
 // ---------------------------------------------------------------- IPC bookkeeping
@@ -465,7 +462,11 @@ class CudaDevice : public Device {
     UIPC_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cudaStream_t s = nullptr;
     UIPC_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, p == StreamPriority::kHigh ? greatest : least));
-    return std::make_unique<CudaStream>(this, s);
+    auto stream = std::make_unique<CudaStream>(this, s);
+    std::lock_guard<std::mutex> lock(logs_m_);
+    logs_.erase(std::remove_if(logs_.begin(), logs_.end(), [](const auto& w) { return w.expired(); }), logs_.end());
+    logs_.push_back(stream->log());
+    return stream;
   }
   std::unique_ptr<Event> create_event() override {
     UIPC_CUDA_CHECK(cudaSetDevice(ordinal_));
@@ -562,6 +563,17 @@ class CudaDevice : public Device {
     }
   }
 
+  // The epoch-wait logs of every live stream of this device: a stream stuck behind
+  // another (the compute stream waiting on the copy stream's handshake) is explained by
+  // the other's unsatisfied wait.
+  std::vector<std::shared_ptr<WaitLog>> wait_logs() {
+    std::lock_guard<std::mutex> lock(logs_m_);
+    std::vector<std::shared_ptr<WaitLog>> out;
+    for (const auto& w : logs_)
+      if (auto l = w.lock()) out.push_back(std::move(l));
+    return out;
+  }
+
   // Reads the 64-bit word at addr (device memory, local or mapped) without joining the
   // stuck streams: a separate non-blocking stream.
   bool read_word(const uint64_t* addr, uint64_t* out) {
@@ -651,13 +663,17 @@ class CudaDevice : public Device {
   std::string ipc_reason_;
   std::string vmm_reason_;
   cudaStream_t probe_ = nullptr;
+  std::mutex logs_m_;
+  std::vector<std::weak_ptr<WaitLog>> logs_;
 };
 
-std::string describe_timeout(CudaDevice& dev, WaitLog* log, double seconds, const char* what) {
+// Names every unsatisfied epoch wait on any stream of the device (the stream that timed
+// out may only be waiting behind another's handshake).
+std::string describe_timeout(CudaDevice& dev, double seconds, const char* what) {
   const int rank = error_rank();
   std::ostringstream os;
   int stuck = 0;
-  if (log) {
+  for (const auto& log : dev.wait_logs()) {
     std::lock_guard<std::mutex> lock(log->m);
     for (const auto& w : log->waits) {
       if (cudaEventQuery(w.passed) == cudaSuccess) continue;
@@ -673,7 +689,7 @@ std::string describe_timeout(CudaDevice& dev, WaitLog* log, double seconds, cons
   }
   if (stuck == 0) {
     os << "rank " << rank << ": " << what << " did not complete within " << seconds_text(seconds)
-       << " (no epoch wait on it is unsatisfied: a kernel or copy is still running)";
+       << " (no epoch wait of this device is unsatisfied: a kernel or copy is still running)";
   }
   return os.str();
 }
@@ -681,7 +697,7 @@ std::string describe_timeout(CudaDevice& dev, WaitLog* log, double seconds, cons
 void CudaStream::synchronize() {
   const double limit = dev_->watchdog_seconds();
   if (!poll_until([&] { return query_done(cudaStreamQuery(stream_), "cudaStreamQuery(stream)"); }, limit)) {
-    throw PeerTimeout(describe_timeout(*dev_, log_.get(), limit, "stream") + " (" + error_where(__FILE__, __LINE__) + ")");
+    throw PeerTimeout(describe_timeout(*dev_, limit, "stream") + " (" + error_where(__FILE__, __LINE__) + ")");
   }
   log_->clear();
 }
@@ -689,8 +705,7 @@ void CudaStream::synchronize() {
 void CudaEvent::synchronize() {
   const double limit = dev_->watchdog_seconds();
   if (!poll_until([&] { return query_done(cudaEventQuery(event_), "cudaEventQuery(event)"); }, limit)) {
-    auto log = recorded_on_.lock();
-    throw PeerTimeout(describe_timeout(*dev_, log.get(), limit, "event") + " (" + error_where(__FILE__, __LINE__) + ")");
+    throw PeerTimeout(describe_timeout(*dev_, limit, "event") + " (" + error_where(__FILE__, __LINE__) + ")");
   }
 }
 

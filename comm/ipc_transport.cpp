@@ -285,6 +285,7 @@ class IpcTransport : public Transport {
       }
     }
     // A miss is collective: every rank must miss on the same key at the same point.
+    set_activity("in a target-cache miss (collective)");
     ++stats_.cache_misses;
     std::vector<TargetKey> keys(peers_);
     allgather_bounded(comm_.get(), &key, sizeof(key), keys.data(), dev_.watchdog_seconds(),
@@ -299,6 +300,7 @@ class IpcTransport : public Transport {
     Target t;
     t.key = key;
     size_t bytes = static_cast<size_t>(exchange_result_elems(sub.shape)) * dtype_size(sub.shape.dtype);
+    set_activity("allocating and exchanging a scatter/gather target");
     t.mine = path_->alloc(bytes);
     t.peer_ptr = path_->exchange(t.mine, bytes, t.mapped, "the target exchange for " + key.describe());
     t.last_used = use_clock_;
@@ -311,6 +313,7 @@ class IpcTransport : public Transport {
   void evict_lru() {
     auto victim = std::min_element(cache_.begin(), cache_.end(),
                                    [](const Target& a, const Target& b) { return a.last_used < b.last_used; });
+    set_activity("evicting a target (collective)");
     copy_->synchronize();      // none of our copies into peers' targets in flight
     self_->synchronize();      // nor into our own
     if (released_epoch_ > 0) released_->synchronize();  // our consumer is done reading

@@ -120,7 +120,9 @@ class MpiCollectives : public Collectives {
   }
 
   void all_reduce_sum_f32(Stream& s, float* buf, size_t n) override {
+    set_activity("in the TP all-reduce (MPI): draining the compute stream");
     s.synchronize();
+    set_activity("in the TP all-reduce (MPI): exchanging");
     // Summed in rank order, so the result is the same on every rank (docs/math.md §7).
     const int size = comm_.size();
     std::vector<float> mine(n), all(n * static_cast<size_t>(size));

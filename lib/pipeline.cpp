@@ -125,6 +125,7 @@ void LayerPipeline::enqueue_layer() {
 
   ev_start_->record(compute_);
   for (size_t i = 0; i < schedule_.steps.size(); ++i) {
+    set_activity(is_submit(schedule_.steps[i]) ? "submitting the scatter" : "enqueueing the projection and norms");
     run_step(schedule_.steps[i], i == last);
     ev_steps_[i]->record(compute_);
   }
@@ -134,6 +135,7 @@ void LayerPipeline::enqueue_layer() {
   ex_v_->wait(compute_);
   ev_waited_->record(compute_);
 
+  set_activity("enqueueing attention");
   DeviceBuffer& attn = attn_out();
   kernels_.attention(compute_, ex_q_->data(), ex_k_->data(), ex_v_->data(), attn.get(), l_.batch, l_.seq,
                      l_.heads_local, l_.head_dim, t, 1.0f / std::sqrt(static_cast<float>(l_.head_dim)));
@@ -146,15 +148,19 @@ void LayerPipeline::enqueue_layer() {
   g.src = attn.get();
   g.shape = ExchangeShape{l_.batch, l_.seq_local, l_.heads_tp, l_.head_dim, t};
   g.barrier = true;
+  set_activity("submitting the gather");
   ex_o_ = gather_.submit(g, compute_);
   ex_o_->wait(compute_);
   ev_gather_->record(compute_);
 
+  set_activity("enqueueing the output projection");
   kernels_.gemm(compute_, ex_o_->data(), Ct, data_.w_o.get(), out_f32_.get(), C, M, C, Ct, t, DType::kFP32);
+  set_activity("in the TP all-reduce");
   if (l_.tp > 1) tp_coll_->all_reduce_sum_f32(compute_, out_f32_.as<float>(), static_cast<size_t>(M * C));
   kernels_.convert_from_f32(compute_, out_f32_.as<float>(), y_.get(), M * C, t);
   gather_.release(compute_);  // the output projection has read the gather targets
   ev_end_->record(compute_);
+  set_activity("waiting for a layer to finish");
 }
 
 DeviceBuffer& LayerPipeline::attn_out() {

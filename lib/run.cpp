@@ -258,7 +258,9 @@ int run_deck(const RunOptions& opt) {
     HostLayerData host = generate_layer_data(c, l);
     LayerData data = upload_layer_data(*be.device, c, l, host);
     std::vector<float> full_ref;
+    set_activity("computing the dense reference");
     if (rank == 0) full_ref = dense_reference(*be.device, *be.kernels, c, *compute);
+    set_activity("distributing the reference");
     const double wd = be.device->watchdog_seconds();
     // The dense reference is serial work on rank 0: the others wait longer for it.
     std::vector<float> ref = distribute_reference(full_ref, c, l, 20 * wd);
@@ -268,6 +270,7 @@ int run_deck(const RunOptions& opt) {
     for (const auto& tname : c.transports) {
       for (const auto& sname : c.schedules) {
         Schedule sched = make_schedule(sname, c.fused_qkv);
+        set_activity("selecting the scatter transport");
         SelectedTransport sel = select_transport(tname, *be.device, ucomm.get(), *ucoll, opt.cache_capacity);
         // The output gather: NCCL (the seed measured it faster) unless asked otherwise or
         // unusable; IPC reuses the scatter's transport when that is ipc or vmm (the same
@@ -301,9 +304,11 @@ int run_deck(const RunOptions& opt) {
         rr.v_overlap_ms.assign(static_cast<size_t>(c.repeats) * c.iterations * world, 0.0);
         rr.v_copy_ms.assign(rr.v_overlap_ms.size(), -1.0);
 
+        set_activity("building the layer pipeline");
         LayerPipeline pipe(*be.device, *be.kernels, c, l, data, sched, *sel.transport, *gather, tcoll.get(), *compute);
         for (int rep = 0; rep < c.repeats; ++rep) {
           for (int w = 0; w < c.warmup; ++w) {
+            set_activity("starting a warmup layer");
             pipe.enqueue_layer();
             compute->synchronize();
           }
@@ -313,14 +318,18 @@ int run_deck(const RunOptions& opt) {
             // Ranks start each timed layer together, so that a stage's time is the
             // layer's own and not one rank's host delay in launching it (which every
             // transport would otherwise pay as waiting in its first collective).
+            set_activity("at the barrier before a timed layer");
             barrier_bounded(MPI_COMM_WORLD, wd, "the start of a timed layer of " + tname + "/" + sname);
+            set_activity("starting a timed layer");
             pipe.enqueue_layer();
             compute->synchronize();
             times.push_back(pipe.last_timing());
           }
+          set_activity("gathering the timings");
           gather_timings(times, world, rep, c.iterations, rr, wd);
         }
         corrupt_output_for_tests(*be.device, pipe.output(), c.dtype, rank);
+        set_activity("checking parity");
         Parity p = check_parity(*be.device, pipe.output(), c.dtype, ref, wd);
         rr.parity_max_abs = p.max_abs;
         rr.parity_rel_l2 = p.rel_l2;
@@ -349,6 +358,7 @@ int run_deck(const RunOptions& opt) {
         compute->synchronize();
         sel.transport->close_peer_mappings();
         if (own_gather) own_gather->close_peer_mappings();
+        set_activity("at the barrier ending a run");
         barrier_bounded(MPI_COMM_WORLD, be.device->watchdog_seconds(), "the end of run " + tname + "/" + sname);
 
         std::vector<double> layer_ms;

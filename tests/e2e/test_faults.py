@@ -205,5 +205,7 @@ def test_sigterm_mid_run_leaves_nothing(app, tmp_path, target):
             proc.kill()
         assert proc.proc.returncode != 0, f"attempt {attempt}: exit 0 after SIGTERM\n{err}"
         assert "interrupted" in err, f"attempt {attempt}: no clear message:\n{err}"
+        # Each rank says where it was: "rank R interrupted (while <activity>)".
+        assert re.search(r"rank \d+ interrupted \(while [a-z]", err), f"attempt {attempt}: no activity:\n{err}"
         assert_nothing_left(tmp_path, pids.values())
     assert signalled > 0, "every run ended before the signal: make the churn deck longer"
