@@ -142,20 +142,23 @@ void barrier_bounded(MPI_Comm comm, double timeout_s, const std::string& what) {
   alltoall_bounded(comm, none.data(), all.data(), 1, timeout_s, what);
 }
 
-std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& mine) {
+std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& mine, double timeout_s,
+                                          const std::string& what) {
   int size = 0;
   UIPC_MPI_CHECK(MPI_Comm_size(comm, &size));
   int len = static_cast<int>(mine.size());
   std::vector<int> lens(size), displs(size);
-  UIPC_MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm));
+  allgather_bounded(comm, &len, sizeof(int), lens.data(), timeout_s, what);
   int total = 0;
   for (int i = 0; i < size; ++i) {
     displs[i] = total;
     total += lens[i];
   }
   std::string buf(static_cast<size_t>(total), '\0');
-  UIPC_MPI_CHECK(MPI_Allgatherv(mine.data(), len, MPI_CHAR, &buf[0], lens.data(), displs.data(),
-                                MPI_CHAR, comm));
+  MPI_Request req;
+  UIPC_MPI_CHECK(MPI_Iallgatherv(mine.data(), len, MPI_CHAR, &buf[0], lens.data(), displs.data(), MPI_CHAR, comm,
+                                 &req));
+  wait_bounded(&req, 1, timeout_s, what, {});
   std::vector<std::string> out(size);
   for (int i = 0; i < size; ++i) out[i] = buf.substr(displs[i], lens[i]);
   return out;

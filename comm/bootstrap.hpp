@@ -59,7 +59,8 @@ void allgather_bounded(MPI_Comm comm, const void* mine, int bytes, void* all, do
 // A barrier, bounded likewise; point to point, so a timeout names the missing ranks.
 void barrier_bounded(MPI_Comm comm, double timeout_s, const std::string& what);
 
-// Every rank's string, indexed by rank of comm.
-std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& mine);
+// Every rank's string, indexed by rank of comm; bounded like allgather_bounded.
+std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& mine, double timeout_s,
+                                          const std::string& what);
 
 }  // namespace uipc

@@ -36,8 +36,8 @@ std::string forced_reason(const char* env) {
 }
 
 // The first non-empty reason by rank order, on every rank of group.
-std::string agree_on_reason(MPI_Comm group, const std::string& reason) {
-  std::vector<std::string> all = allgather_strings(group, reason);
+std::string agree_on_reason(MPI_Comm group, const std::string& reason, double timeout_s) {
+  std::vector<std::string> all = allgather_strings(group, reason, timeout_s, "the transport eligibility check");
   for (size_t i = 0; i < all.size(); ++i)
     if (!all[i].empty()) return "rank " + std::to_string(i) + " of the group: " + all[i];
   return "";
@@ -50,7 +50,7 @@ std::string vmm_ineligible_reason(Device& dev, MPI_Comm group) {
   if (!why.empty()) return why;
   std::string reason = forced_reason(kForceVmmIneligibleEnv);
   if (reason.empty()) reason = dev.vmm_ineligible_reason();
-  return agree_on_reason(group, reason);
+  return agree_on_reason(group, reason, dev.watchdog_seconds());
 }
 
 std::string ipc_ineligible_reason(Device& dev, MPI_Comm group) {
@@ -63,7 +63,7 @@ std::string ipc_ineligible_reason(Device& dev, MPI_Comm group) {
     int size = 0;
     UIPC_MPI_CHECK(MPI_Comm_size(group, &size));
     std::vector<int> ords(size);
-    UIPC_MPI_CHECK(MPI_Allgather(&ord, 1, MPI_INT, ords.data(), 1, MPI_INT, group));
+    allgather_bounded(group, &ord, sizeof(int), ords.data(), dev.watchdog_seconds(), "the peer-access check");
     for (int o : ords) {
       std::string r = dev.peer_ineligible_reason(o);
       if (!r.empty()) {
@@ -73,7 +73,7 @@ std::string ipc_ineligible_reason(Device& dev, MPI_Comm group) {
     }
   }
   // Agree: the first non-empty reason by rank order wins on every rank.
-  return agree_on_reason(group, reason);
+  return agree_on_reason(group, reason, dev.watchdog_seconds());
 }
 
 SelectedTransport select_transport(const std::string& requested, Device& dev, MPI_Comm group,

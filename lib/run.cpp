@@ -230,8 +230,9 @@ int run_deck(const RunOptions& opt) {
   prov.mode = be.mode;
   prov.deck_path = opt.deck_path;
   prov.world_size = world;
-  prov.hosts = allgather_strings(MPI_COMM_WORLD, host_name());
-  prov.devices = allgather_strings(MPI_COMM_WORLD, be.device->name());
+  prov.hosts = allgather_strings(MPI_COMM_WORLD, host_name(), be.device->watchdog_seconds(), "the provenance");
+  prov.devices =
+      allgather_strings(MPI_COMM_WORLD, be.device->name(), be.device->watchdog_seconds(), "the provenance");
   prov.versions["ulysses-ipc"] = ULYSSES_VERSION;
   prov.versions["mpi"] = mpi_version();
   if (!opt.kokkos_version.empty()) prov.versions["kokkos"] = opt.kokkos_version;
