@@ -444,7 +444,14 @@ class CudaDevice : public Device {
   }
 
   void copy_to_device(void* dst, const void* src, size_t bytes) override {
+    UIPC_CUDA_CHECK(cudaSetDevice(ordinal_));
     UIPC_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    // From pageable memory cudaMemcpy returns once the data is staged, before the DMA
+    // has landed; and our streams do not wait for the legacy stream. Wait for it here:
+    // otherwise a kernel on another stream, or a peer writing an epoch word that was
+    // just zeroed, can race the copy (a peer's epoch overwritten by late zeros is a
+    // wait that never ends).
+    UIPC_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
   }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
     UIPC_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
