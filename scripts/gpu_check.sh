@@ -181,7 +181,11 @@ if [ $app_built -eq 1 ] && want multi && [ "$NGPU" -ge 2 ]; then
       "$APP" "$deck" --mode gpu -o "$LOG/reports/multi-$name.h5" "$@"
   }
   multi_run protocol-np2 2 inputs/protocol.h5
-  [ "$NGPU" -lt 4 ] && multi_run "protocol-np4-on-${NGPU}gpus" 4 inputs/protocol.h5 --allow-shared-gpu
+  if [ "$NGPU" -lt 4 ]; then
+    multi_run "protocol-np4-on-${NGPU}gpus" 4 inputs/protocol.h5 --allow-shared-gpu
+  else
+    multi_run protocol-np4 4 inputs/protocol.h5
+  fi
   for np in 2 4 8; do
     [ "$np" -gt "$NGPU" ] && break
     for preset in flux-dev-1024 flux-dev-2048 hunyuanvideo-720p; do
