@@ -26,6 +26,7 @@ class TempDir {
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }
+  const std::string& path() const { return path_; }
   std::string file(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
   // File names in the directory, sorted.
   std::vector<std::string> entries() const {

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -115,29 +116,34 @@ std::string bcast_string(std::string s) {
   return s;
 }
 
-// A directory every rank sees (rank 0 makes it; all ranks run on this host).
+// A directory every rank sees: rank 0's TempDir, its path broadcast (all ranks run on
+// this host).
 class SharedTempDir {
  public:
   SharedTempDir() {
-    std::string p;
-    if (world_rank() == 0) {
-      std::string tmpl = (fs::temp_directory_path() / "uipc-wire-XXXXXX").string();
-      char* r = mkdtemp(tmpl.data());
-      p = r ? tmpl : "";
-    }
-    path_ = bcast_string(p);
+    if (world_rank() == 0) owned_ = std::make_unique<TempDir>();
+    path_ = bcast_string(owned_ ? owned_->path() : std::string());
     EXPECT_FALSE(path_.empty());
   }
-  ~SharedTempDir() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    std::error_code ec;
-    if (world_rank() == 0) fs::remove_all(path_, ec);
-  }
+  // Every rank is done with it before rank 0's TempDir removes it.
+  ~SharedTempDir() { MPI_Barrier(MPI_COMM_WORLD); }
   std::string file(const std::string& n) const { return (fs::path(path_) / n).string(); }
 
  private:
+  std::unique_ptr<TempDir> owned_;
   std::string path_;
 };
+
+// read_deck_on_root's outcome on this rank: the error it threw, if any.
+Outcome read_on_root(const std::string& path, double timeout_s = 60.0) {
+  Outcome o;
+  try {
+    uipc::read_deck_on_root(path, MPI_COMM_WORLD, timeout_s);
+  } catch (const uipc::CollectiveError& e) {
+    o = {true, e.exit_code(), e.what()};
+  }
+  return o;
+}
 
 }  // namespace
 
@@ -304,12 +310,7 @@ TEST(DeckWireMpi, EveryRankGetsRankZerosDeck) {
 TEST(DeckWireMpi, BadPathGivesTheSameErrorOnEveryRank) {
   SharedTempDir dir;
   for (const std::string& path : {std::string("/nonexistent/deck.h5"), dir.file("missing.h5")}) {
-    Outcome o;
-    try {
-      uipc::read_deck_on_root(path, MPI_COMM_WORLD, 60.0);
-    } catch (const uipc::CollectiveError& e) {
-      o = {true, e.exit_code(), e.what()};
-    }
+    const Outcome o = read_on_root(path);
     EXPECT_TRUE(o.threw) << path;
     EXPECT_EQ(o.code, uipc::kExitBadInput);
     EXPECT_NE(o.what.find("cannot open"), std::string::npos) << o.what;
@@ -337,12 +338,7 @@ TEST(DeckWireMpi, InvalidDeckNamesTheFieldOnEveryRank) {
     H5Gclose(g);
     H5Fclose(f);
   }
-  Outcome o;
-  try {
-    uipc::read_deck_on_root(path, MPI_COMM_WORLD, 60.0);
-  } catch (const uipc::CollectiveError& e) {
-    o = {true, e.exit_code(), e.what()};
-  }
+  const Outcome o = read_on_root(path);
   EXPECT_TRUE(o.threw);
   EXPECT_EQ(o.code, uipc::kExitBadInput);
   EXPECT_NE(o.what.find("case 'first': heads"), std::string::npos) << o.what;
@@ -368,12 +364,7 @@ TEST(DeckWireMpi, ErrorsQuotingDeckBytesStayOneCleanLine) {
     H5Gclose(g);
     H5Fclose(f);
   }
-  Outcome o;
-  try {
-    uipc::read_deck_on_root(path, MPI_COMM_WORLD, 60.0);
-  } catch (const uipc::CollectiveError& e) {
-    o = {true, e.exit_code(), e.what()};
-  }
+  const Outcome o = read_on_root(path);
   ASSERT_TRUE(o.threw);
   EXPECT_EQ(o.code, uipc::kExitBadInput);
   EXPECT_NE(o.what.find("unknown field"), std::string::npos) << o.what;
@@ -444,12 +435,7 @@ TEST(DeckWireMpi, HungReadOnRankZeroIsTheSameErrorEverywhere) {
     EXPECT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  Outcome o;
-  try {
-    uipc::read_deck_on_root(fifo, MPI_COMM_WORLD, 6.0);  // parses for at most 3 s
-  } catch (const uipc::CollectiveError& e) {
-    o = {true, e.exit_code(), e.what()};
-  }
+  const Outcome o = read_on_root(fifo, 6.0);  // parses for at most 3 s
   EXPECT_TRUE(o.threw);
   EXPECT_EQ(o.code, uipc::kExitBadInput);
   EXPECT_NE(o.what.find("did not finish within 3 s"), std::string::npos) << o.what;
