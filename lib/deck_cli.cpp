@@ -256,12 +256,18 @@ std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
   throw InputError("deck " + what + " (see 'ulysses-ipc deck help')");
 }
 
-int64_t parse_i64(const std::string& flag, const std::string& v) {
-  int64_t x = 0;
+// The whole of v as an integer of type T; `kind` names what T accepts in the message.
+template <typename T>
+T parse_integer(const std::string& flag, const std::string& v, const char* kind) {
+  T x = 0;
   auto r = std::from_chars(v.data(), v.data() + v.size(), x);
   if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size())
-    usage_error("new: " + flag + ": '" + v + "' is not an integer");
+    usage_error("new: " + flag + ": '" + v + "' is not " + kind);
   return x;
+}
+
+int64_t parse_i64(const std::string& flag, const std::string& v) {
+  return parse_integer<int64_t>(flag, v, "an integer");
 }
 
 int parse_int(const std::string& flag, const std::string& v) {
@@ -272,11 +278,7 @@ int parse_int(const std::string& flag, const std::string& v) {
 }
 
 uint64_t parse_u64(const std::string& flag, const std::string& v) {
-  uint64_t x = 0;
-  auto r = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size())
-    usage_error("new: " + flag + ": '" + v + "' is not a non-negative integer");
-  return x;
+  return parse_integer<uint64_t>(flag, v, "a non-negative integer");
 }
 
 double parse_f64(const std::string& flag, const std::string& v) {
