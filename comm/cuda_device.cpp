@@ -272,19 +272,31 @@ bool is_vmm_range(const void* impl) {
 
 size_t round_up(size_t n, size_t granule) { return (n + granule - 1) / granule * granule; }
 
+// For the release paths, which run in destructors: report a failed call, never throw.
+void report_release_failure(const char* what, const char* error) {
+  std::fprintf(stderr, "ulysses-ipc: %s failed: %s (%s)\n", what, error, error_where(__FILE__, __LINE__).c_str());
+}
+
 // Gives back what a VMM buffer or mapping holds, in the reverse order of making it;
 // any step may be absent (a half-made range on an error path). Called from destructors:
 // reports failures, never throws.
 void release_vmm(CUdeviceptr ptr, const VmmRange& r, bool mapped) {
   const VmmApi& vmm = driver_api().vmm;
   auto report = [](const char* what, CUresult rc) {
-    if (rc != CUDA_SUCCESS)
-      std::fprintf(stderr, "ulysses-ipc: %s failed: %s (%s)\n", what, cu_error_string(rc).c_str(),
-                   error_where(__FILE__, __LINE__).c_str());
+    if (rc != CUDA_SUCCESS) report_release_failure(what, cu_error_string(rc).c_str());
   };
   if (mapped) report("cuMemUnmap", vmm.unmap(ptr, r.size));  // synchronous: no copy still uses it
   if (ptr) report("cuMemAddressFree", vmm.address_free(ptr, r.size));
   if (r.handle) report("cuMemRelease", vmm.release(r.handle));
+}
+
+// A VMM buffer or mapping (impl is its VmmRange) is released here: true. Anything else:
+// false, nothing done.
+bool release_if_vmm(void* ptr, void* impl) {
+  if (!is_vmm_range(impl)) return false;
+  std::unique_ptr<VmmRange> r(static_cast<VmmRange*>(impl));
+  release_vmm(reinterpret_cast<CUdeviceptr>(ptr), *r, true);
+  return true;
 }
 
 // A VMM range under construction: released unless the caller takes it.
@@ -528,11 +540,7 @@ class CudaDevice : public Device {
 
   void free_buffer(void* ptr, size_t bytes, void* impl) override {
     (void)bytes;
-    if (is_vmm_range(impl)) {
-      std::unique_ptr<VmmRange> r(static_cast<VmmRange*>(impl));
-      release_vmm(reinterpret_cast<CUdeviceptr>(ptr), *r, true);
-      return;
-    }
+    if (release_if_vmm(ptr, impl)) return;
     {
       auto& reg = ipc_registry();
       std::lock_guard<std::mutex> lock(reg.m);
@@ -541,29 +549,19 @@ class CudaDevice : public Device {
       }
     }
     cudaError_t e = cudaFree(ptr);
-    if (e != cudaSuccess) {  // called from destructors: report, do not throw
-      std::fprintf(stderr, "ulysses-ipc: cudaFree failed: %s (%s)\n", cudaGetErrorString(e),
-                   error_where(__FILE__, __LINE__).c_str());
-    }
+    if (e != cudaSuccess) report_release_failure("cudaFree", cudaGetErrorString(e));
   }
   void close_mapping(void* ptr, size_t bytes, void* impl) override {
     (void)bytes;
     if (impl == &g_self_mapping_tag) return;  // our own buffer: freed by its DeviceBuffer
-    if (is_vmm_range(impl)) {
-      std::unique_ptr<VmmRange> r(static_cast<VmmRange*>(impl));
-      release_vmm(reinterpret_cast<CUdeviceptr>(ptr), *r, true);
-      return;
-    }
+    if (release_if_vmm(ptr, impl)) return;
     auto& reg = ipc_registry();
     std::lock_guard<std::mutex> lock(reg.m);
     for (auto it = reg.opened.begin(); it != reg.opened.end(); ++it) {
       if (it->second.ptr != ptr) continue;
       if (--it->second.refs == 0) {
         cudaError_t e = cudaIpcCloseMemHandle(ptr);
-        if (e != cudaSuccess) {
-          std::fprintf(stderr, "ulysses-ipc: cudaIpcCloseMemHandle failed: %s (%s)\n", cudaGetErrorString(e),
-                       error_where(__FILE__, __LINE__).c_str());
-        }
+        if (e != cudaSuccess) report_release_failure("cudaIpcCloseMemHandle", cudaGetErrorString(e));
         reg.opened.erase(it);
       }
       return;
