@@ -306,6 +306,7 @@ int run_deck(const RunOptions& opt) {
         rr.v_copy_ms.assign(rr.v_overlap_ms.size(), -1.0);
 
         set_activity("building the layer pipeline");
+        const std::string layer_start = "the start of a timed layer of " + tname + "/" + sname;
         LayerPipeline pipe(*be.device, *be.kernels, c, l, data, sched, *sel.transport, *gather, tcoll.get(), *compute);
         for (int rep = 0; rep < c.repeats; ++rep) {
           for (int w = 0; w < c.warmup; ++w) {
@@ -320,7 +321,7 @@ int run_deck(const RunOptions& opt) {
             // layer's own and not one rank's host delay in launching it (which every
             // transport would otherwise pay as waiting in its first collective).
             set_activity("at the barrier before a timed layer");
-            barrier_bounded(MPI_COMM_WORLD, wd, "the start of a timed layer of " + tname + "/" + sname);
+            barrier_bounded(MPI_COMM_WORLD, wd, layer_start);
             set_activity("starting a timed layer");
             pipe.enqueue_layer();
             compute->synchronize();

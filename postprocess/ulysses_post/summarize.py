@@ -43,8 +43,8 @@ def _scatter_x(case: Case, run: Run) -> str:
     return "-" if x is None else text.factor(x)
 
 
-def _bound(run: Run, link_gbs: float | None) -> str:
-    f = run.link_bound_fraction(link_gbs) if link_gbs else math.nan
+def _bound(run: Run, link_gbs: float) -> str:
+    f = run.link_bound_fraction(link_gbs)
     return "-" if math.isnan(f) else f"{100 * f:.0f}%"
 
 
