@@ -514,7 +514,6 @@ HostEvent& impl_of(Event& e) {
 
 class HostDevice final : public Device {
  public:
-  int ordinal() const override { return rank_; }
   explicit HostDevice(int rank) : rank_(rank) {
     // Names of unsealed segments must not outlive an exit that skips destructors.
     std::call_once(g_atexit_once, [] { std::atexit(unlink_all_at_exit); });
@@ -522,6 +521,8 @@ class HostDevice final : public Device {
 
   DeviceKind kind() const override { return DeviceKind::kHost; }
   std::string name() const override { return "simulated GPU (host)"; }
+  // Every rank is a simulated GPU of its own.
+  int ordinal() const override { return rank_; }
 
   DeviceBuffer alloc(size_t bytes, bool exportable) override {
     return exportable ? alloc_shared(bytes) : alloc_private(bytes);

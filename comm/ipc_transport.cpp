@@ -169,8 +169,7 @@ class IpcTransport : public Transport {
   ~IpcTransport() override {
     // Local release only (no collective): drain our streams, then drop mappings and memory.
     try {
-      copy_->synchronize();
-      self_->synchronize();
+      drain_copies();
     } catch (...) {
       // Already failing; the error was reported where it happened.
     }
@@ -229,13 +228,18 @@ class IpcTransport : public Transport {
   TransportStats stats() const override { return stats_; }
 
   void close_peer_mappings() override {
-    copy_->synchronize();
-    self_->synchronize();
+    drain_copies();
     for (auto& t : cache_) t.mapped.clear();
     signal_maps_.clear();
   }
 
  private:
+  // Waits for every copy this rank has submitted: to its peers and to itself.
+  void drain_copies() {
+    copy_->synchronize();
+    self_->synchronize();
+  }
+
   // my own signal words
   uint64_t* my_ready(int from) { return signals_.as<uint64_t>() + from; }
   uint64_t* my_release(int from) { return signals_.as<uint64_t>() + peers_ + from; }
@@ -314,8 +318,7 @@ class IpcTransport : public Transport {
     auto victim = std::min_element(cache_.begin(), cache_.end(),
                                    [](const Target& a, const Target& b) { return a.last_used < b.last_used; });
     set_activity("evicting a target (collective)");
-    copy_->synchronize();      // none of our copies into peers' targets in flight
-    self_->synchronize();      // nor into our own
+    drain_copies();            // none of our copies into peers' targets (or ours) in flight
     if (released_epoch_ > 0) released_->synchronize();  // our consumer is done reading
     barrier_bounded(comm_.get(), dev_.watchdog_seconds(), "the eviction of " + victim->key.describe());
     victim->mapped.clear();    // importers close ...
