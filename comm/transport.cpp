@@ -54,24 +54,19 @@ std::string vmm_ineligible_reason(Device& dev, MPI_Comm group) {
 }
 
 std::string ipc_ineligible_reason(Device& dev, MPI_Comm group) {
+  // The collectives first, on every rank whatever it finds itself: a rank that skipped
+  // one because of its own reason would leave the others waiting in it.
+  const bool one_node = all_on_one_node(group);
+  int size = 0;
+  UIPC_MPI_CHECK(MPI_Comm_size(group, &size));
+  std::vector<int> ords(size);
+  const int ord = dev.ordinal();
+  allgather_bounded(group, &ord, sizeof(int), ords.data(), dev.watchdog_seconds(), "the peer-access check");
+
   std::string reason = forced_reason(kForceIneligibleEnv);
-  if (reason.empty() && !all_on_one_node(group)) reason = "the Ulysses group spans several nodes";
+  if (reason.empty() && !one_node) reason = "the Ulysses group spans several nodes";
   if (reason.empty()) reason = dev.ipc_ineligible_reason();
-  if (reason.empty()) {
-    // Peer access between every pair of the group's devices.
-    int ord = dev.ordinal();
-    int size = 0;
-    UIPC_MPI_CHECK(MPI_Comm_size(group, &size));
-    std::vector<int> ords(size);
-    allgather_bounded(group, &ord, sizeof(int), ords.data(), dev.watchdog_seconds(), "the peer-access check");
-    for (int o : ords) {
-      std::string r = dev.peer_ineligible_reason(o);
-      if (!r.empty()) {
-        reason = r;
-        break;
-      }
-    }
-  }
+  for (size_t i = 0; reason.empty() && i < ords.size(); ++i) reason = dev.peer_ineligible_reason(ords[i]);
   // Agree: the first non-empty reason by rank order wins on every rank.
   return agree_on_reason(group, reason, dev.watchdog_seconds());
 }

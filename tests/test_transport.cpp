@@ -311,6 +311,21 @@ TEST(TransportSelection, FallsBackToNcclWhenIpcIsIneligible) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// One rank alone ineligible (its own GPU lacks something): the check is collective on
+// every rank whatever each rank finds, so all of them fall back together, naming it.
+TEST(TransportSelection, OneIneligibleRankMakesEveryRankFallBack) {
+  const int P = world_size(), me = world_rank();
+  if (P < 2) GTEST_SKIP() << "needs 2 ranks or more";
+  Fixture f(5.0);
+  if (me == P - 1) setenv("ULYSSES_IPC_FORCE_INELIGIBLE", "only here", 1);
+  SelectedTransport sel = select_transport("ipc", *f.dev, MPI_COMM_WORLD, *f.coll, 12);
+  unsetenv("ULYSSES_IPC_FORCE_INELIGIBLE");
+  EXPECT_EQ(sel.used, "nccl");
+  EXPECT_NE(sel.fallback_reason.find("rank " + std::to_string(P - 1) + " of the group: forced by"), std::string::npos)
+      << sel.fallback_reason;
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // Once a group has started, a failure is raised (never a silent switch of protocol):
 // ranks that submit different shapes inside a group get a clear error.
 TEST_P(IpcProtocolTest, FailureAfterGroupStartIsRaised) {
