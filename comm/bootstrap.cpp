@@ -76,13 +76,24 @@ bool all_on_one_node(MPI_Comm comm) {
 
 void wait_bounded(MPI_Request* reqs, int n, double timeout_s, const std::string& what,
                   const std::vector<int>& peer_of_request) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::duration<double>(timeout_s);
+  // Poll without sleeping for a while, then nap with back-off. A rank that slept while
+  // the last rank arrived would leave up to one nap (plus the kernel's timer slack) late:
+  // ranks released from the barrier before a timed layer would start that far apart, and
+  // the first collective of the layer would be charged with the difference.
+  const auto spin_until = start + std::chrono::milliseconds(50);
   auto nap = std::chrono::microseconds(20);
   int done = 0;
   while (true) {
     UIPC_MPI_CHECK(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
     if (done) return;
-    if (std::chrono::steady_clock::now() > deadline) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (now > deadline) break;
+    if (now < spin_until) {
+      std::this_thread::yield();
+      continue;
+    }
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, std::chrono::microseconds(2000));
   }

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -536,6 +537,32 @@ TEST(FdExchange, PassesDescriptorsBetweenEveryPairOfRanks) {
   }
   EXPECT_FALSE(unix_socket_listed("@" + name_a)) << "the socket outlived its exchange";
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// The barrier before every timed layer releases the ranks together: a rank that waited
+// for a late one leaves within a fraction of a millisecond of it, not a nap later (the
+// difference would be charged to the first collective of the layer).
+TEST(Bootstrap, BoundedBarrierReleasesTheRanksTogether) {
+  const int P = world_size(), me = world_rank();
+  if (P < 2) GTEST_SKIP() << "needs 2 ranks or more";
+  constexpr int kTrials = 15;
+  std::vector<double> skew_ms;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    // The last rank arrives 5 to 12 ms late: the others have long been waiting.
+    if (me == P - 1) std::this_thread::sleep_for(std::chrono::milliseconds(5 + (trial * 3) % 8));
+    barrier_bounded(MPI_COMM_WORLD, 10.0, "the test barrier");
+    // CLOCK_MONOTONIC: one clock for every process of the node.
+    const int64_t left = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch()).count();
+    std::vector<int64_t> all(static_cast<size_t>(P));
+    MPI_Allgather(&left, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
+    skew_ms.push_back(static_cast<double>(*std::max_element(all.begin(), all.end()) -
+                                          *std::min_element(all.begin(), all.end())) * 1e-6);
+  }
+  std::sort(skew_ms.begin(), skew_ms.end());
+  EXPECT_LT(skew_ms[kTrials / 2], 0.3) << "median release skew over " << kTrials << " barriers, ms (max "
+                                       << skew_ms.back() << ")";
 }
 
 // A rank that never takes part: the others get a PeerTimeout naming it, in bounded time.
