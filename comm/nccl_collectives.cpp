@@ -1,16 +1,25 @@
-// NCCL collectives bootstrapped over MPI: rank 0 makes the unique id, MPI broadcasts
-// it, every rank joins with ncclCommInitRank on its current CUDA device.
+// NCCL collectives bootstrapped over MPI: rank 0 makes the unique id, every rank gets
+// it over MPI and joins on its current CUDA device. Every step is bounded: the MPI
+// exchanges by the bounded waits of comm/bootstrap, NCCL by a non-blocking communicator
+// whose state is polled against the same limit, so a rank that never joins (dead, hung,
+// or running something else) is a PeerTimeout on the others, not a hang.
 #include "comm/nccl_collectives.hpp"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/error.hpp"
+#include "comm/bootstrap.hpp"
 #include "comm/cuda_check.hpp"
 
 namespace uipc {
@@ -32,7 +41,7 @@ struct GpuPlace {
 
 // NCCL refuses two ranks on one GPU with a terse "Duplicate GPU detected"; find it
 // ourselves first so that every rank raises the same clear error.
-void require_one_gpu_per_rank(MPI_Comm comm, int rank, int size) {
+void require_one_gpu_per_rank(MPI_Comm comm, int rank, int size, double timeout_s) {
   GpuPlace mine;
   int len = 0;
   UIPC_MPI_CHECK(MPI_Get_processor_name(mine.host, &len));
@@ -40,7 +49,7 @@ void require_one_gpu_per_rank(MPI_Comm comm, int rank, int size) {
   UIPC_CUDA_CHECK(cudaGetDevice(&dev));
   UIPC_CUDA_CHECK(cudaDeviceGetPCIBusId(mine.bus, sizeof(mine.bus), dev));
   std::vector<GpuPlace> all(size);
-  UIPC_MPI_CHECK(MPI_Allgather(&mine, sizeof(GpuPlace), MPI_BYTE, all.data(), sizeof(GpuPlace), MPI_BYTE, comm));
+  allgather_bounded(comm, &mine, sizeof(GpuPlace), all.data(), timeout_s, "the NCCL set-up (where each rank's GPU is)");
   for (int a = 0; a < size; ++a) {
     for (int b = a + 1; b < size; ++b) {
       if (std::strcmp(all[a].host, all[b].host) == 0 && std::strcmp(all[a].bus, all[b].bus) == 0) {
@@ -54,26 +63,93 @@ void require_one_gpu_per_rank(MPI_Comm comm, int rank, int size) {
   }
 }
 
+// Polls a non-blocking communicator until its state leaves ncclInProgress; false if it
+// is still in progress after timeout_s. Any other state is an error, thrown.
+bool settle(ncclComm_t comm, double timeout_s, const char* what) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  auto nap = std::chrono::microseconds(0);
+  while (true) {
+    ncclResult_t state = ncclSuccess;
+    UIPC_NCCL_CHECK(ncclCommGetAsyncError(comm, &state));
+    if (state == ncclSuccess) return true;
+    if (state != ncclInProgress)
+      throw_library_error("NCCL", nccl_error_string(state), what, __FILE__, __LINE__);
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    if (nap.count() == 0) {
+      std::this_thread::yield();
+      nap = std::chrono::microseconds(1);
+    } else {
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(1000));
+    }
+  }
+}
+
+// Test hook: the rank named here leaves before joining the NCCL communicator, so that the
+// test suite can check that the others give up in bounded time.
+const char* const kAbsentRankEnv = "ULYSSES_TEST_NCCL_ABSENT_RANK";
+
 class NcclCollectives : public Collectives {
  public:
-  explicit NcclCollectives(MPI_Comm comm) {
+  NcclCollectives(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
     UIPC_MPI_CHECK(MPI_Comm_rank(comm, &rank_));
     UIPC_MPI_CHECK(MPI_Comm_size(comm, &size_));
-    require_one_gpu_per_rank(comm, rank_, size_);
+    require_one_gpu_per_rank(comm, rank_, size_, timeout_s);
     ncclUniqueId id;
     std::memset(&id, 0, sizeof(id));
     if (rank_ == 0) UIPC_NCCL_CHECK(ncclGetUniqueId(&id));
-    UIPC_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm));
-    ncclResult_t r = ncclCommInitRank(&comm_, size_, id, rank_);
+    // Rank 0's id to every rank, as a bounded all-gather (the others send zeros).
+    std::vector<ncclUniqueId> ids(static_cast<size_t>(size_));
+    allgather_bounded(comm, &id, sizeof(id), ids.data(), timeout_s, "the NCCL set-up (the unique id)");
+    id = ids[0];
+    const char* absent = std::getenv(kAbsentRankEnv);
+    if (absent && *absent && std::atoi(absent) == rank_)
+      throw RuntimeError(std::string("test hook ") + kAbsentRankEnv + ": rank " + std::to_string(rank_) +
+                         " stays out of the NCCL communicator");
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // return at once; the state is polled below, against the limit
+    ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
     if (r == ncclInvalidUsage) {
-      throw RuntimeError("ncclCommInitRank failed: " + nccl_error_string(r) +
+      throw RuntimeError("ncclCommInitRankConfig failed: " + nccl_error_string(r) +
                          " (NCCL needs one GPU per rank and one communicator per GPU) (" +
                          error_where(__FILE__, __LINE__) + ")");
     }
-    UIPC_NCCL_CHECK(r);
+    if (r != ncclInProgress) UIPC_NCCL_CHECK(r);
+    bool joined = false;
+    try {
+      joined = settle(comm_, timeout_s, "ncclCommInitRankConfig");
+    } catch (...) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      throw;
+    }
+    if (!joined) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      throw PeerTimeout("rank " + std::to_string(rank_) + ": the NCCL communicator of " + std::to_string(size_) +
+                        " ranks was not set up within " + std::to_string(static_cast<int>(timeout_s)) +
+                        " s (a rank did not join: it died, hangs, or runs something else)");
+    }
   }
   ~NcclCollectives() override {
-    if (comm_) ncclCommDestroy(comm_);
+    if (!comm_) return;
+    // Finalize is global (every rank's operations flushed): bounded like the rest; a
+    // communicator that does not quiesce in time is aborted rather than waited for. While
+    // an error unwinds this rank, the peers may never finalize: abort at once.
+    bool quiet = false;
+    if (std::uncaught_exceptions() == 0) try {
+      const ncclResult_t r = ncclCommFinalize(comm_);
+      quiet = (r == ncclSuccess || r == ncclInProgress) && settle(comm_, timeout_s_, "ncclCommFinalize");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ulysses-ipc: rank %d: %s\n", rank_, e.what());
+    }
+    if (quiet) {
+      ncclCommDestroy(comm_);
+      return;
+    }
+    if (std::uncaught_exceptions() == 0)
+      std::fprintf(stderr, "ulysses-ipc: rank %d: the NCCL communicator did not finalize; aborting it\n", rank_);
+    ncclCommAbort(comm_);
   }
 
   std::string name() const override { return "nccl"; }
@@ -83,15 +159,28 @@ class NcclCollectives : public Collectives {
   void all_to_all(Stream& s, const void* send, void* recv, size_t bytes_per_peer) override {
     auto stream = static_cast<cudaStream_t>(s.native());
     UIPC_CHECK(stream != nullptr, "NCCL collectives need a CUDA stream");
-    UIPC_NCCL_CHECK(ncclAlltoAll(send, recv, bytes_per_peer, ncclUint8, comm_, stream));
+    enqueued(ncclAlltoAll(send, recv, bytes_per_peer, ncclUint8, comm_, stream), "ncclAlltoAll");
   }
   void all_reduce_sum_f32(Stream& s, float* buf, size_t n) override {
     auto stream = static_cast<cudaStream_t>(s.native());
     UIPC_CHECK(stream != nullptr, "NCCL collectives need a CUDA stream");
-    UIPC_NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream));
+    enqueued(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream), "ncclAllReduce");
   }
 
  private:
+  // On a non-blocking communicator a call may return ncclInProgress while NCCL is still
+  // enqueueing it; the next call may come only once the state is back to success.
+  void enqueued(ncclResult_t r, const char* what) {
+    if (r == ncclInProgress) {
+      if (!settle(comm_, timeout_s_, what))
+        throw PeerTimeout("rank " + std::to_string(rank_) + ": NCCL did not finish enqueueing " + what + " within " +
+                          std::to_string(static_cast<int>(timeout_s_)) + " s");
+      return;
+    }
+    if (r != ncclSuccess) throw_library_error("NCCL", nccl_error_string(r), what, __FILE__, __LINE__);
+  }
+
+  double timeout_s_;
   int rank_ = 0;
   int size_ = 1;
   ncclComm_t comm_ = nullptr;
@@ -99,10 +188,10 @@ class NcclCollectives : public Collectives {
 
 }  // namespace
 
-std::unique_ptr<Collectives> make_nccl_collectives(MPI_Comm comm) {
+std::unique_ptr<Collectives> make_nccl_collectives(MPI_Comm comm, double timeout_s) {
   // NVLink multicast (NVLS) can put a shared host's GPUs out of service: never use it.
   setenv("NCCL_NVLS_ENABLE", "0", 1);
-  return std::make_unique<NcclCollectives>(comm);
+  return std::make_unique<NcclCollectives>(comm, timeout_s);
 }
 
 std::string nccl_version_string() {

@@ -12,8 +12,10 @@ namespace uipc {
 
 // Collective over `comm` (every rank calls it; the current CUDA device of each rank is
 // the one used). NCCL needs one GPU per rank: two ranks of `comm` on one GPU give a
-// RuntimeError saying so, on every rank, before NCCL is asked.
-std::unique_ptr<Collectives> make_nccl_collectives(MPI_Comm comm);
+// RuntimeError saying so, on every rank, before NCCL is asked. A rank that does not
+// join within timeout_s is a PeerTimeout on the others; so is a communicator that takes
+// longer than that to enqueue a collective.
+std::unique_ptr<Collectives> make_nccl_collectives(MPI_Comm comm, double timeout_s);
 
 // "2.28.3": the NCCL library loaded at run time, for provenance.
 std::string nccl_version_string();

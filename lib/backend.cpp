@@ -37,7 +37,7 @@ std::string Backend::attention_path() const {
 
 std::unique_ptr<Collectives> Backend::make_collectives(MPI_Comm comm) const {
 #if defined(ULYSSES_HAVE_CUDA)
-  if (mode == "gpu" && nccl_usable) return make_nccl_collectives(comm);
+  if (mode == "gpu" && nccl_usable) return make_nccl_collectives(comm, device->watchdog_seconds());
 #endif
   return make_mpi_collectives(comm, *device);
 }

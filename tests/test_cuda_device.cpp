@@ -19,6 +19,7 @@
 #include "base/error.hpp"
 #include "comm/cuda_device.hpp"
 #include "comm/fd_exchange.hpp"
+#include "comm/nccl_collectives.hpp"
 
 namespace uipc {
 namespace {
@@ -303,6 +304,84 @@ TEST_F(CudaDeviceTest, VmmScatterAcrossRanksBitExact) {
   scatter_epochs_bit_exact(*dev_, g, rank, target.get(), epochs.as<uint64_t>(), target_ptrs, epoch_ptrs);
   maps.clear();
   MPI_Barrier(MPI_COMM_WORLD);  // every mapping closed before any exporter frees
+}
+
+// NCCL needs one GPU per rank; on a shared GPU these tests have nothing to run.
+class NcclTest : public CudaDeviceTest {
+ protected:
+  void SetUp() override {
+    CudaDeviceTest::SetUp();
+    if (IsSkipped()) return;
+    int node_size = 1;
+    node_rank_and_size(&node_size);
+    if (node_size > cuda_usable_device_count()) GTEST_SKIP() << "NCCL needs one GPU per rank; ranks share a GPU here";
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+  }
+  void TearDown() override {
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+  int rank_ = 0, size_ = 1;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+// The non-blocking communicator carries data: an all-to-all of rank-and-peer-tagged bytes
+// and a float all-reduce, checked exactly, twice (the second reuses the connections).
+TEST_F(NcclTest, AllToAllAndAllReduceAreExact) {
+  auto coll = make_nccl_collectives(comm_, 60.0);
+  ASSERT_EQ(coll->name(), "nccl");
+  auto s = dev_->create_stream(StreamPriority::kNormal);
+  const size_t chunk = 4099;  // odd: no alignment luck
+  const size_t P = static_cast<size_t>(size_);
+  for (int round = 0; round < 2; ++round) {
+    std::vector<unsigned char> send(chunk * P), got(chunk * P, 0xAB);
+    for (size_t p = 0; p < P; ++p)
+      for (size_t i = 0; i < chunk; ++i) send[p * chunk + i] = static_cast<unsigned char>(rank_ * 31 + p * 7 + i + round);
+    std::vector<float> vals(1000), sum(1000);
+    for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>((rank_ + 1) * (i % 13) + round);
+    auto dsend = dev_->alloc(send.size()), drecv = dev_->alloc(got.size()), dvals = dev_->alloc(vals.size() * 4);
+    dev_->copy_to_device(dsend.get(), send.data(), send.size());
+    dev_->copy_to_device(drecv.get(), got.data(), got.size());  // poisoned
+    dev_->copy_to_device(dvals.get(), vals.data(), vals.size() * 4);
+    coll->all_to_all(*s, dsend.get(), drecv.get(), chunk);
+    coll->all_reduce_sum_f32(*s, dvals.as<float>(), vals.size());
+    s->synchronize();
+    dev_->copy_to_host(got.data(), drecv.get(), got.size());
+    dev_->copy_to_host(sum.data(), dvals.get(), sum.size() * 4);
+    for (size_t p = 0; p < P; ++p)
+      for (size_t i = 0; i < chunk; ++i)
+        ASSERT_EQ(got[p * chunk + i], static_cast<unsigned char>(p * 31 + rank_ * 7 + i + round))
+            << "round " << round << ", from rank " << p << ", byte " << i;
+    const float ranks_sum = static_cast<float>(P * (P + 1) / 2);
+    for (size_t i = 0; i < sum.size(); ++i)
+      ASSERT_EQ(sum[i], ranks_sum * static_cast<float>(i % 13) + static_cast<float>(P * round)) << "element " << i;
+  }
+}
+
+// A rank that never joins the communicator: the others give up within the limit with a
+// PeerTimeout that says what was being set up, instead of hanging in NCCL.
+TEST_F(NcclTest, ARankThatNeverJoinsIsAPeerTimeoutOnTheOthers) {
+  if (size_ < 2) GTEST_SKIP() << "needs 2 ranks or more";
+  setenv("ULYSSES_TEST_NCCL_ABSENT_RANK", std::to_string(size_ - 1).c_str(), 1);
+  const auto t0 = Clock::now();
+  try {
+    auto coll = make_nccl_collectives(comm_, 3.0);
+    ADD_FAILURE() << "a communicator with an absent rank must not be made";
+  } catch (const PeerTimeout& e) {
+    const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+    EXPECT_NE(rank_, size_ - 1) << e.what();
+    EXPECT_GE(took, 2.5);
+    EXPECT_LT(took, 20.0);
+    EXPECT_NE(std::string(e.what()).find("NCCL communicator of " + std::to_string(size_) + " ranks was not set up"),
+              std::string::npos)
+        << e.what();
+  } catch (const RuntimeError& e) {
+    EXPECT_EQ(rank_, size_ - 1) << e.what();
+    EXPECT_NE(std::string(e.what()).find("test hook"), std::string::npos) << e.what();
+  }
+  unsetenv("ULYSSES_TEST_NCCL_ABSENT_RANK");
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 }  // namespace
