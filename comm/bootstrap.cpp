@@ -75,14 +75,13 @@ bool all_on_one_node(MPI_Comm comm) {
 }
 
 void wait_bounded(MPI_Request* reqs, int n, double timeout_s, const std::string& what,
-                  const std::vector<int>& peer_of_request) {
+                  const std::vector<int>& peer_of_request, double spin_s) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + std::chrono::duration<double>(timeout_s);
-  // Poll without sleeping for a while, then nap with back-off. A rank that slept while
-  // the last rank arrived would leave up to one nap (plus the kernel's timer slack) late:
-  // ranks released from the barrier before a timed layer would start that far apart, and
-  // the first collective of the layer would be charged with the difference.
-  const auto spin_until = start + std::chrono::milliseconds(50);
+  // Poll without sleeping for spin_s, then nap with back-off (so that ranks sharing few
+  // cores do not burn them while waiting).
+  const auto spin_until = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                      std::chrono::duration<double>(spin_s));
   auto nap = std::chrono::microseconds(20);
   int done = 0;
   while (true) {
@@ -122,7 +121,7 @@ void allgather_bounded(MPI_Comm comm, const void* mine, int bytes, void* all, do
 }
 
 void alltoall_bounded(MPI_Comm comm, const void* send, void* recv, size_t bytes_per_peer, double timeout_s,
-                      const std::string& what) {
+                      const std::string& what, double spin_s) {
   int size = 0, rank = 0;
   UIPC_MPI_CHECK(MPI_Comm_size(comm, &size));
   UIPC_MPI_CHECK(MPI_Comm_rank(comm, &rank));
@@ -141,16 +140,16 @@ void alltoall_bounded(MPI_Comm comm, const void* send, void* recv, size_t bytes_
                              p, 7, comm, &reqs[size + p]));
     peer_of[size + p] = p;
   }
-  wait_bounded(reqs.data(), 2 * size, timeout_s, what, peer_of);
+  wait_bounded(reqs.data(), 2 * size, timeout_s, what, peer_of, spin_s);
 }
 
-void barrier_bounded(MPI_Comm comm, double timeout_s, const std::string& what) {
+void barrier_bounded(MPI_Comm comm, double timeout_s, const std::string& what, double spin_s) {
   // A byte to and from every rank rather than MPI_Ibarrier: point to point, so a timeout
   // names the ranks that did not arrive.
   int size = 0;
   UIPC_MPI_CHECK(MPI_Comm_size(comm, &size));
   std::vector<char> none(static_cast<size_t>(size), 0), all(static_cast<size_t>(size));
-  alltoall_bounded(comm, none.data(), all.data(), 1, timeout_s, what);
+  alltoall_bounded(comm, none.data(), all.data(), 1, timeout_s, what, spin_s);
 }
 
 std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& mine, double timeout_s,

@@ -45,19 +45,22 @@ NodeInfo node_info(MPI_Comm comm);
 bool all_on_one_node(MPI_Comm comm);
 
 // Waits for n requests, giving up after timeout_s with a PeerTimeout naming `what`
-// and, where peer_of_request says whom each request talks to, the ranks missing.
+// and, where peer_of_request says whom each request talks to, the ranks missing. Polls
+// without sleeping for the first spin_s, then naps with back-off: a rank napping when
+// the last request completes leaves up to one nap (2 ms, plus timer slack) late, which
+// matters only where ranks must leave together (the barrier before a timed GPU layer).
 void wait_bounded(MPI_Request* reqs, int n, double timeout_s, const std::string& what,
-                  const std::vector<int>& peer_of_request);
+                  const std::vector<int>& peer_of_request, double spin_s = 0);
 // All-to-all of bytes_per_peer per pair, point to point, bounded like wait_bounded.
 void alltoall_bounded(MPI_Comm comm, const void* send, void* recv, size_t bytes_per_peer, double timeout_s,
-                      const std::string& what);
+                      const std::string& what, double spin_s = 0);
 // MPI_Allgather of `bytes` per rank that gives up after `timeout_s` with a PeerTimeout
 // naming `what` (not the missing ranks: a collective request does not say who they are),
 // instead of hanging.
 void allgather_bounded(MPI_Comm comm, const void* mine, int bytes, void* all, double timeout_s,
                        const std::string& what);
 // A barrier, bounded likewise; point to point, so a timeout names the missing ranks.
-void barrier_bounded(MPI_Comm comm, double timeout_s, const std::string& what);
+void barrier_bounded(MPI_Comm comm, double timeout_s, const std::string& what, double spin_s = 0);
 
 // Every rank's string, indexed by rank of comm; bounded like allgather_bounded.
 std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& mine, double timeout_s,

@@ -539,9 +539,10 @@ TEST(FdExchange, PassesDescriptorsBetweenEveryPairOfRanks) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-// The barrier before every timed layer releases the ranks together: a rank that waited
-// for a late one leaves within a fraction of a millisecond of it, not a nap later (the
-// difference would be charged to the first collective of the layer).
+// The barrier before every timed GPU layer (polling for its first 50 ms) releases the
+// ranks together: a rank that waited for a late one leaves within a fraction of a
+// millisecond of it, not a nap later (the difference would be charged to the first
+// collective of the layer).
 TEST(Bootstrap, BoundedBarrierReleasesTheRanksTogether) {
   const int P = world_size(), me = world_rank();
   if (P < 2) GTEST_SKIP() << "needs 2 ranks or more";
@@ -551,7 +552,7 @@ TEST(Bootstrap, BoundedBarrierReleasesTheRanksTogether) {
     MPI_Barrier(MPI_COMM_WORLD);
     // The last rank arrives 5 to 12 ms late: the others have long been waiting.
     if (me == P - 1) std::this_thread::sleep_for(std::chrono::milliseconds(5 + (trial * 3) % 8));
-    barrier_bounded(MPI_COMM_WORLD, 10.0, "the test barrier");
+    barrier_bounded(MPI_COMM_WORLD, 10.0, "the test barrier", /*spin_s=*/0.05);
     // CLOCK_MONOTONIC: one clock for every process of the node.
     const int64_t left = std::chrono::duration_cast<std::chrono::nanoseconds>(
                              std::chrono::steady_clock::now().time_since_epoch()).count();
