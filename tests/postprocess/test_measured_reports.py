@@ -44,9 +44,9 @@ def test_gpu_reports_load_and_every_run_passed_parity(path: Path) -> None:
 
 # docs/measurements.md, "Scatter, Ulysses2": (report, ipc baseline's scatter x and % of
 # the link bound, vmm baseline's).
-QUOTED = [("multi-flux-dev-1024-np2.h5", "1.66x", "25%", "1.52x", "23%"),
-          ("multi-flux-dev-2048-np2.h5", "2.44x", "55%", "2.52x", "57%"),
-          ("multi-hunyuanvideo-720p-np2.h5", "2.40x", "70%", "2.61x", "76%")]
+QUOTED = [("multi-flux-dev-1024-np2.h5", "1.70x", "38%", "1.80x", "40%"),
+          ("multi-flux-dev-2048-np2.h5", "2.63x", "73%", "2.77x", "77%"),
+          ("multi-hunyuanvideo-720p-np2.h5", "2.47x", "77%", "2.97x", "93%")]
 
 
 @pytest.mark.parametrize("name,ipc_x,ipc_bound,vmm_x,vmm_bound", QUOTED, ids=[q[0] for q in QUOTED])
