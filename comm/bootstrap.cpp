@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "base/error.hpp"
+#include "base/poll.hpp"
 
 namespace uipc {
 
@@ -76,26 +77,14 @@ bool all_on_one_node(MPI_Comm comm) {
 
 void wait_bounded(MPI_Request* reqs, int n, double timeout_s, const std::string& what,
                   const std::vector<int>& peer_of_request, double spin_s) {
-  const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::duration<double>(timeout_s);
-  // Poll without sleeping for spin_s, then nap with back-off (so that ranks sharing few
-  // cores do not burn them while waiting).
-  const auto spin_until = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                      std::chrono::duration<double>(spin_s));
-  auto nap = std::chrono::microseconds(20);
   int done = 0;
-  while (true) {
-    UIPC_MPI_CHECK(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
-    if (done) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (now > deadline) break;
-    if (now < spin_until) {
-      std::this_thread::yield();
-      continue;
-    }
-    std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, std::chrono::microseconds(2000));
-  }
+  const bool arrived = poll_until(
+      [&] {
+        UIPC_MPI_CHECK(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
+        return done != 0;
+      },
+      timeout_s, spin_s);
+  if (arrived) return;
   // Name the peers whose messages never came (when the requests say who they are).
   std::set<int> absent;  // a peer has a receive and a send: name it once
   for (int i = 0; i < n && i < static_cast<int>(peer_of_request.size()); ++i) {

@@ -46,8 +46,8 @@ bool all_on_one_node(MPI_Comm comm);
 
 // Waits for n requests, giving up after timeout_s with a PeerTimeout naming `what`
 // and, where peer_of_request says whom each request talks to, the ranks missing. Polls
-// without sleeping for the first spin_s, then naps with back-off: a rank napping when
-// the last request completes leaves up to one nap (2 ms, plus timer slack) late, which
+// as base/poll.hpp does, without sleeping for at least spin_s: a rank napping when
+// the last request completes leaves up to one nap (1 ms, plus timer slack) late, which
 // matters only where ranks must leave together (the barrier before a timed GPU layer).
 void wait_bounded(MPI_Request* reqs, int n, double timeout_s, const std::string& what,
                   const std::vector<int>& peer_of_request, double spin_s = 0);

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "base/error.hpp"
+#include "base/poll.hpp"
 #include "comm/cuda_check.hpp"
 
 namespace uipc {
@@ -107,27 +108,6 @@ const DriverApi& driver_api() {
 }
 
 // ---------------------------------------------------------------- bounded host waits
-
-// Polls done() until it returns true or `seconds` pass; false on timeout. Spins briefly
-// (a short kernel finishes within microseconds), then sleeps with a growing interval
-// so that several ranks sharing few cores do not burn them while waiting.
-template <typename Done>
-bool poll_until(Done done, double seconds) {
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  auto nap = std::chrono::microseconds(10);
-  for (int i = 0;; ++i) {
-    if (done()) return true;
-    if (Clock::now() >= deadline) return false;
-    if (i < 64) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(nap);
-      if (nap < std::chrono::microseconds(1000)) nap *= 2;
-    }
-  }
-}
 
 // True when cudaStreamQuery/cudaEventQuery says complete, false when not ready; any
 // other result is an error of work on that stream, thrown.

@@ -8,17 +8,15 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/poll.hpp"
 #include "comm/bootstrap.hpp"
 #include "comm/cuda_check.hpp"
 
@@ -66,23 +64,15 @@ void require_one_gpu_per_rank(MPI_Comm comm, int rank, int size, double timeout_
 // Polls a non-blocking communicator until its state leaves ncclInProgress; false if it
 // is still in progress after timeout_s. Any other state is an error, thrown.
 bool settle(ncclComm_t comm, double timeout_s, const char* what) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  auto nap = std::chrono::microseconds(0);
-  while (true) {
-    ncclResult_t state = ncclSuccess;
-    UIPC_NCCL_CHECK(ncclCommGetAsyncError(comm, &state));
-    if (state == ncclSuccess) return true;
-    if (state != ncclInProgress)
-      throw_library_error("NCCL", nccl_error_string(state), what, __FILE__, __LINE__);
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    if (nap.count() == 0) {
-      std::this_thread::yield();
-      nap = std::chrono::microseconds(1);
-    } else {
-      std::this_thread::sleep_for(nap);
-      nap = std::min(nap * 2, std::chrono::microseconds(1000));
-    }
-  }
+  return poll_until(
+      [&] {
+        ncclResult_t state = ncclSuccess;
+        UIPC_NCCL_CHECK(ncclCommGetAsyncError(comm, &state));
+        if (state != ncclSuccess && state != ncclInProgress)
+          throw_library_error("NCCL", nccl_error_string(state), what, __FILE__, __LINE__);
+        return state == ncclSuccess;
+      },
+      timeout_s);
 }
 
 // Test hook: the rank named here leaves before joining the NCCL communicator, so that the
