@@ -1,6 +1,7 @@
-// ulysses-ipc: the command line. Runs a deck (`ulysses-ipc DECK.h5 -o REPORT.h5`) or
-// works on decks (`ulysses-ipc deck new|show|presets`). MPI and Kokkos up, errors
-// caught here and turned into one clear message and an exit code (README, "Exit codes").
+// ulysses-ipc: the command line (CLI11). Runs a deck (`ulysses-ipc DECK.h5 -o REPORT.h5`)
+// or works on decks (`ulysses-ipc deck new|show|presets|help`, lib/deck_cli.cpp). MPI and
+// Kokkos up, errors caught here and turned into one clear message and an exit code
+// (README, "Exit codes").
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -16,39 +17,12 @@
 #include "base/error.hpp"
 #include "git_rev.h"
 #include "comm/host_device.hpp"
+#include "lib/cli.hpp"
 #include "lib/deck_cli.hpp"
 #include "lib/report.hpp"
 #include "lib/run.hpp"
 
 namespace {
-
-const char* const kUsage =
-    "usage: mpirun -np N ulysses-ipc DECK.h5 -o REPORT.h5 [options]\n"
-    "       ulysses-ipc deck new|show|presets ...   (ulysses-ipc deck --help)\n"
-    "\n"
-    "Runs every case of DECK.h5 that fits N ranks: full DiT attention layers over each\n"
-    "transport x schedule of the case, parity against dense single-rank execution, and\n"
-    "timings, parity and provenance into REPORT.h5 (written by rank 0, atomically).\n"
-    "\n"
-    "options (default in brackets):\n"
-    "  -o, --output FILE     report to write [required]\n"
-    "  --mode MODE           auto | sim | gpu [auto: gpu when every rank sees a usable\n"
-    "                        CUDA device, else sim (every rank a simulated GPU on the CPU)]\n"
-    "  --case NAME           run only this case (repeatable) [every case that fits N]\n"
-    "  --gather T            transport of the output gather: auto | nccl | ipc\n"
-    "                        [auto: nccl; ipc where NCCL cannot run (ranks sharing a GPU)];\n"
-    "                        ipc rides on the scatter's transport when that is ipc or vmm\n"
-    "  --watchdog SECONDS    bound on every wait for a peer [the case's watchdog_s]\n"
-    "  --cache-entries N     IPC target cache size [12]\n"
-    "  --allow-shared-gpu    let several ranks share a GPU (functional testing) [off]\n"
-    "  --dump                store inputs, weights and the reference output of each case\n"
-    "                        in the report (cases up to 16M elements of x) [off]\n"
-    "  --quiet               print errors only [off]\n"
-    "  --version             print the version and exit\n"
-    "  -h, --help            this text\n"
-    "\n"
-    "exit codes: 0 ok, 1 parity failed, 2 bad input, 3 runtime failure,\n"
-    "            4 a peer did not arrive within the watchdog, 130 interrupted\n";
 
 // Set to the exit code once the program is finishing on its own: a SIGTERM that mpirun
 // sends then (because another rank already exited non-zero) must not be reported as an
@@ -80,69 +54,65 @@ extern "C" void on_signal(int /*sig*/) {
   _exit(uipc::kExitInterrupted);
 }
 
-void need_value(int i, int argc, const char* opt) {
-  if (i + 1 >= argc) throw uipc::InputError(std::string(opt) + ": needs a value (see --help)");
+// The run's command line: every option once, with its default, check and help. Add an
+// option here (one statement) and its field to RunOptions; nothing else parses argv.
+void declare_run_options(CLI::App& app, uipc::RunOptions& o) {
+  using uipc::cli::integer_in;
+  using uipc::cli::number_in;
+  using uipc::cli::one_of;
+  app.add_option("DECK.h5", o.deck_path, "the input deck (docs/deck.md; inputs/ holds the shipped ones)")
+      ->type_name("")
+      ->required();
+  app.add_option("-o,--output", o.report_path, "report to write (atomically, by rank 0)")
+      ->type_name("REPORT.h5")
+      ->required();
+  app.add_option("--mode", o.backend.mode,
+                 "auto: gpu when every rank sees a usable CUDA device, else sim (every rank a simulated GPU)")
+      ->type_name("auto|sim|gpu")
+      ->check(one_of({"auto", "sim", "gpu"}))
+      ->capture_default_str();
+  app.add_option("--case", o.cases, "run only this case (repeatable) [default: every case that fits]")
+      ->type_name("NAME")
+      ->allow_extra_args(false);
+  app.add_option("--gather", o.gather,
+                 "output gather transport; auto: nccl, or ipc where NCCL cannot run (ranks sharing a GPU)")
+      ->type_name("auto|nccl|ipc")
+      ->check(one_of({"auto", "nccl", "ipc"}))
+      ->capture_default_str();
+  app.add_option("--watchdog", o.watchdog_s, "bound on every wait for a peer [default: the case's watchdog_s]")
+      ->type_name("SECONDS")
+      ->check(number_in(0, 86400));
+  app.add_option("--cache-entries", o.cache_capacity, "IPC target cache entries")
+      ->type_name("N")
+      ->check(integer_in(1, 1024))
+      ->capture_default_str();
+  app.add_flag("--allow-shared-gpu", o.backend.allow_shared_gpu, "let several ranks share a GPU (functional testing)");
+  app.add_flag("--dump", o.dump, "store inputs, weights and the reference output of each case (up to 16M elements of x)");
+  app.add_flag("--quiet", o.quiet, "print errors only");
 }
 
-double parse_number(const std::string& v, const char* opt) {
-  char* end = nullptr;
-  double d = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0') throw uipc::InputError(std::string(opt) + ": not a number: '" + v + "'");
-  return d;
-}
+const char* const kRunFooter =
+    "Decks: ulysses-ipc deck new|show|presets|help (serial, no mpirun; ulysses-ipc deck --help).\n"
+    "Exit codes: 0 ok, 1 parity failed, 2 bad input, 3 runtime failure, 4 a peer did not arrive\n"
+    "within the watchdog, 130 interrupted (README.md, 'Exit codes', gives them through mpirun).";
 
-// Returns false when the program should exit 0 at once (help, version).
+// Returns false when the program should exit 0 at once (help, version). Every rank
+// parses the same words alike; only rank 0 prints.
 bool parse_args(int argc, char** argv, uipc::RunOptions& o, int rank) {
   for (int i = 1; i < argc; ++i) o.command_line += (i > 1 ? " " : "") + std::string(argv[i]);
   o.command_line = "ulysses-ipc " + o.command_line;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "-h" || a == "--help") {
-      if (rank == 0) std::fputs(kUsage, stdout);
-      return false;
-    } else if (a == "--version") {
-      if (rank == 0) std::printf("ulysses-ipc %s (%s)\n", ULYSSES_VERSION, ULYSSES_GIT_REV);
-      return false;
-    } else if (a == "-o" || a == "--output") {
-      need_value(i, argc, argv[i]);
-      o.report_path = argv[++i];
-    } else if (a == "--mode") {
-      need_value(i, argc, argv[i]);
-      o.backend.mode = argv[++i];
-    } else if (a == "--case") {
-      need_value(i, argc, argv[i]);
-      o.cases.push_back(argv[++i]);
-    } else if (a == "--gather") {
-      need_value(i, argc, argv[i]);
-      o.gather = argv[++i];
-      if (o.gather != "auto" && o.gather != "nccl" && o.gather != "ipc")
-        throw uipc::InputError("--gather: unknown transport '" + o.gather + "' (allowed: auto, nccl, ipc)");
-    } else if (a == "--watchdog") {
-      need_value(i, argc, argv[i]);
-      o.watchdog_s = parse_number(argv[++i], "--watchdog");
-      if (!(o.watchdog_s > 0 && o.watchdog_s <= 86400)) throw uipc::InputError("--watchdog: must be in (0, 86400] seconds");
-    } else if (a == "--cache-entries") {
-      need_value(i, argc, argv[i]);
-      double n = parse_number(argv[++i], "--cache-entries");
-      if (!(n >= 1 && n <= 1024 && n == static_cast<int>(n))) throw uipc::InputError("--cache-entries: must be an integer in 1..1024");
-      o.cache_capacity = static_cast<int>(n);
-    } else if (a == "--allow-shared-gpu") {
-      o.backend.allow_shared_gpu = true;
-    } else if (a == "--dump") {
-      o.dump = true;
-    } else if (a == "--quiet") {
-      o.quiet = true;
-    } else if (!a.empty() && a[0] == '-') {
-      throw uipc::InputError("unknown option '" + a + "' (see --help)");
-    } else if (o.deck_path.empty()) {
-      o.deck_path = a;
-    } else {
-      throw uipc::InputError("unexpected argument '" + a + "': one deck per run (see --help)");
-    }
-  }
-  if (o.deck_path.empty()) throw uipc::InputError("no deck given (usage: ulysses-ipc DECK.h5 -o REPORT.h5; see --help)");
-  if (o.report_path.empty()) throw uipc::InputError("no report path given: -o REPORT.h5 (see --help)");
-  return true;
+  CLI::App app{"mpirun -np N ulysses-ipc DECK.h5 -o REPORT.h5 [OPTIONS]\n\n"
+               "Runs every case of DECK.h5 that fits N ranks: full DiT attention layers over each transport x\n"
+               "schedule of the case, parity against dense single-rank execution, and timings, parity and\n"
+               "provenance into REPORT.h5.",
+               "ulysses-ipc"};
+  app.set_version_flag("--version", std::string("ulysses-ipc ") + ULYSSES_VERSION + " (" + ULYSSES_GIT_REV + ")");
+  app.footer(kRunFooter);
+  declare_run_options(app, o);
+  const std::string text = uipc::cli::parse(app, std::vector<std::string>(argv + 1, argv + argc));
+  if (text.empty()) return true;
+  if (rank == 0) std::fputs(text.c_str(), stdout);
+  return false;
 }
 
 // Under Slurm, a plain srun without PMIx can start every task as rank 0 of 1.

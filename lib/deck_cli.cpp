@@ -1,5 +1,5 @@
-// `ulysses-ipc deck new|show|presets`, and the preset table from which
-// inputs/make_decks.sh regenerates every shipped deck.
+// `ulysses-ipc deck new|show|presets|help` (on CLI11, lib/cli.hpp), and the preset
+// table from which inputs/make_decks.sh regenerates every shipped deck.
 #include "lib/deck_cli.hpp"
 #include "lib/deck_wire.hpp"
 
@@ -9,8 +9,10 @@
 #include <functional>
 #include <iostream>
 #include <limits>
+#include <stdexcept>
 
 #include "base/error.hpp"
+#include "lib/cli.hpp"
 
 namespace uipc {
 
@@ -250,53 +252,51 @@ std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
   return s;
 }
 
-// ------------------------------------------------------------------ option parsing
+// ------------------------------------------------------------------ the command line
+// `deck new|show|presets|help` on CLI11: each option declared once below, with its
+// help and its check; a field option's check parses the value as the field would.
 
-[[noreturn]] void usage_error(const std::string& what) {
-  throw InputError("deck " + what + " (see 'ulysses-ipc deck help')");
-}
+// A value the field cannot take; the message says why, CLI11 prefixes the option.
+struct BadValue : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
 
 // The whole of v as an integer of type T; `kind` names what T accepts in the message.
 template <typename T>
-T parse_integer(const std::string& flag, const std::string& v, const char* kind) {
+T parse_integer(const std::string& v, const char* kind) {
   T x = 0;
   auto r = std::from_chars(v.data(), v.data() + v.size(), x);
   if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size())
-    usage_error("new: " + flag + ": '" + v + "' is not " + kind);
+    throw BadValue("'" + v + "' is not " + kind);
   return x;
 }
 
-int64_t parse_i64(const std::string& flag, const std::string& v) {
-  return parse_integer<int64_t>(flag, v, "an integer");
-}
+int64_t parse_i64(const std::string& v) { return parse_integer<int64_t>(v, "an integer"); }
 
-int parse_int(const std::string& flag, const std::string& v) {
-  int64_t x = parse_i64(flag, v);
+int parse_int(const std::string& v) {
+  int64_t x = parse_i64(v);
   if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
-    usage_error("new: " + flag + ": " + v + " is out of range");
+    throw BadValue(v + " is out of range");
   return static_cast<int>(x);
 }
 
-uint64_t parse_u64(const std::string& flag, const std::string& v) {
-  return parse_integer<uint64_t>(flag, v, "a non-negative integer");
-}
+uint64_t parse_u64(const std::string& v) { return parse_integer<uint64_t>(v, "a non-negative integer"); }
 
-double parse_f64(const std::string& flag, const std::string& v) {
+double parse_f64(const std::string& v) {
   char* end = nullptr;
   double x = v.empty() ? 0 : std::strtod(v.c_str(), &end);
-  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(x))
-    usage_error("new: " + flag + ": '" + v + "' is not a finite number");
+  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(x)) throw BadValue("'" + v + "' is not a finite number");
   return x;
 }
 
-std::vector<std::string> parse_list(const std::string& flag, const std::string& v) {
+std::vector<std::string> parse_list(const std::string& v) {
   std::vector<std::string> out;
   size_t start = 0;
   while (start <= v.size()) {
     size_t end = v.find(',', start);
     if (end == std::string::npos) end = v.size();
     std::string item = v.substr(start, end - start);
-    if (item.empty()) usage_error("new: " + flag + ": empty name in '" + v + "' (use a,b,c)");
+    if (item.empty()) throw BadValue("empty name in '" + v + "' (use a,b,c)");
     out.push_back(item);
     start = end + 1;
   }
@@ -304,182 +304,161 @@ std::vector<std::string> parse_list(const std::string& flag, const std::string& 
 }
 
 template <class E>
-E parse_named(const std::string& flag, const std::string& v, int count, const char* (*name_of)(E)) {
+E parse_named(const std::string& v, int count, const char* (*name_of)(E)) {
   std::vector<std::string> names;
   for (int i = 0; i < count; ++i) {
     names.push_back(name_of(static_cast<E>(i)));
     if (v == names.back()) return static_cast<E>(i);
   }
-  usage_error("new: " + flag + ": unknown value '" + v + "' (allowed: " + join(names) + ")");
+  throw BadValue("unknown value '" + v + "' (allowed: " + join(names) + ")");
 }
 
-struct Option {
+// An option of `deck new` that sets one case field. Whether the value is allowed (a
+// range, a known transport) is the deck validation's to say, when the deck is written.
+struct FieldOption {
   const char* flag;
   const char* arg;
   const char* help;
-  void (*apply)(Case& c, const std::string& flag, const std::string& v);
+  void (*apply)(Case& c, const std::string& v);  // throws BadValue
 };
 
-// Options that set one case field (--preset, --name, -o are handled apart).
-const std::vector<Option>& field_options() {
-  static const std::vector<Option> opts = {
-      {"--description", "TEXT", "free text about the case",
-       [](Case& c, const std::string&, const std::string& v) { c.description = v; }},
-      {"--batch", "B", "batch size (1..1024)",
-       [](Case& c, const std::string& f, const std::string& v) { c.batch = parse_i64(f, v); }},
+const std::vector<FieldOption>& field_options() {
+  static const std::vector<FieldOption> opts = {
+      {"--description", "TEXT", "free text about the case", [](Case& c, const std::string& v) { c.description = v; }},
+      {"--batch", "B", "batch size (1..1024)", [](Case& c, const std::string& v) { c.batch = parse_i64(v); }},
       {"--seq-len", "S", "global sequence length, tokens (1..4194304)",
-       [](Case& c, const std::string& f, const std::string& v) { c.seq_len = parse_i64(f, v); }},
-      {"--heads", "H", "attention heads (1..1024)",
-       [](Case& c, const std::string& f, const std::string& v) { c.heads = parse_int(f, v); }},
+       [](Case& c, const std::string& v) { c.seq_len = parse_i64(v); }},
+      {"--heads", "H", "attention heads (1..1024)", [](Case& c, const std::string& v) { c.heads = parse_int(v); }},
       {"--head-dim", "D", "channels per head (1..512, even with RoPE)",
-       [](Case& c, const std::string& f, const std::string& v) { c.head_dim = parse_int(f, v); }},
+       [](Case& c, const std::string& v) { c.head_dim = parse_int(v); }},
       {"--dtype", "T", "bf16, fp16 or fp32",
-       [](Case& c, const std::string& f, const std::string& v) { c.dtype = parse_named<DType>(f, v, 3, dtype_name); }},
+       [](Case& c, const std::string& v) { c.dtype = parse_named<DType>(v, 3, dtype_name); }},
       {"--qk-norm", "K", "none, rms, rms_across_heads or layer",
-       [](Case& c, const std::string& f, const std::string& v) {
-         c.qk_norm = parse_named<NormKind>(f, v, 4, norm_kind_name);
-       }},
+       [](Case& c, const std::string& v) { c.qk_norm = parse_named<NormKind>(v, 4, norm_kind_name); }},
       {"--norm-eps", "X", "epsilon of the Q/K norm (0 < X < 1)",
-       [](Case& c, const std::string& f, const std::string& v) { c.norm_eps = static_cast<float>(parse_f64(f, v)); }},
+       [](Case& c, const std::string& v) { c.norm_eps = static_cast<float>(parse_f64(v)); }},
       {"--rope", "R", "none or 1d",
-       [](Case& c, const std::string& f, const std::string& v) {
-         c.rope = parse_named<RopeKind>(f, v, 2, rope_kind_name);
-       }},
+       [](Case& c, const std::string& v) { c.rope = parse_named<RopeKind>(v, 2, rope_kind_name); }},
       {"--rope-theta", "X", "RoPE base (> 0)",
-       [](Case& c, const std::string& f, const std::string& v) { c.rope_theta = static_cast<float>(parse_f64(f, v)); }},
+       [](Case& c, const std::string& v) { c.rope_theta = static_cast<float>(parse_f64(v)); }},
       {"--fused-qkv", "0|1", "one fused QKV projection (1) or three (0)",
-       [](Case& c, const std::string& f, const std::string& v) {
-         if (v != "0" && v != "1") usage_error("new: " + f + ": '" + v + "' (allowed: 0, 1)");
+       [](Case& c, const std::string& v) {
+         if (v != "0" && v != "1") throw BadValue("'" + v + "' (allowed: 0, 1)");
          c.fused_qkv = v == "1";
        }},
       {"--ulysses", "U", "Ulysses degree, 0 = all ranks / tp (0..64)",
-       [](Case& c, const std::string& f, const std::string& v) { c.ulysses = parse_int(f, v); }},
-      {"--tp", "T", "tensor-parallel degree (1, 2, 4, 8)",
-       [](Case& c, const std::string& f, const std::string& v) { c.tp = parse_int(f, v); }},
+       [](Case& c, const std::string& v) { c.ulysses = parse_int(v); }},
+      {"--tp", "T", "tensor-parallel degree (1, 2, 4, 8)", [](Case& c, const std::string& v) { c.tp = parse_int(v); }},
       {"--transports", "a,b", "scatter transports to compare (nccl, ipc, vmm)",
-       [](Case& c, const std::string& f, const std::string& v) { c.transports = parse_list(f, v); }},
+       [](Case& c, const std::string& v) { c.transports = parse_list(v); }},
       {"--schedules", "a,b", "schedules to compare (baseline, v-first, v-first-split)",
-       [](Case& c, const std::string& f, const std::string& v) { c.schedules = parse_list(f, v); }},
+       [](Case& c, const std::string& v) { c.schedules = parse_list(v); }},
       {"--warmup", "W", "untimed layers before timing (0..10000)",
-       [](Case& c, const std::string& f, const std::string& v) { c.warmup = parse_int(f, v); }},
+       [](Case& c, const std::string& v) { c.warmup = parse_int(v); }},
       {"--iterations", "I", "timed layers per repeat (1..100000)",
-       [](Case& c, const std::string& f, const std::string& v) { c.iterations = parse_int(f, v); }},
+       [](Case& c, const std::string& v) { c.iterations = parse_int(v); }},
       {"--repeats", "R", "repeats of warmup + iterations (1..1000)",
-       [](Case& c, const std::string& f, const std::string& v) { c.repeats = parse_int(f, v); }},
-      {"--seed", "S", "seed of inputs and weights (0..2^64-1)",
-       [](Case& c, const std::string& f, const std::string& v) { c.seed = parse_u64(f, v); }},
+       [](Case& c, const std::string& v) { c.repeats = parse_int(v); }},
+      {"--seed", "S", "seed of inputs and weights (0..2^64-1)", [](Case& c, const std::string& v) { c.seed = parse_u64(v); }},
       {"--tol-max-abs", "X", "parity tolerance, max |y - y_ref| (> 0)",
-       [](Case& c, const std::string& f, const std::string& v) { c.tol_max_abs = parse_f64(f, v); }},
+       [](Case& c, const std::string& v) { c.tol_max_abs = parse_f64(v); }},
       {"--tol-rel-l2", "X", "parity tolerance, ||y - y_ref|| / ||y_ref|| (> 0)",
-       [](Case& c, const std::string& f, const std::string& v) { c.tol_rel_l2 = parse_f64(f, v); }},
+       [](Case& c, const std::string& v) { c.tol_rel_l2 = parse_f64(v); }},
       {"--watchdog", "S", "seconds a peer may be late before the run fails (0 < S <= 86400)",
-       [](Case& c, const std::string& f, const std::string& v) { c.watchdog_s = parse_f64(f, v); }},
+       [](Case& c, const std::string& v) { c.watchdog_s = parse_f64(v); }},
   };
   return opts;
 }
 
-void print_usage(std::ostream& out) {
-  out << "usage: ulysses-ipc deck new [--preset NAME] [--name N] [FIELD OPTIONS] -o FILE\n"
-         "       ulysses-ipc deck show FILE\n"
-         "       ulysses-ipc deck presets [--names]\n"
-         "       ulysses-ipc deck help\n"
-         "\n"
-         "deck new writes a deck (docs/deck.md). Without --preset: one case from the built-in\n"
-         "defaults, named by --name (default 'custom'). With --preset: every case of the preset,\n"
-         "or with --name only the preset's case of that name. Field options override that field\n"
-         "in every case written. Options take their value as '--opt V' or '--opt=V'.\n"
-         "\n"
-         "  --preset NAME          start from a preset (see 'deck presets')\n"
-         "  --name N               case name (letters, digits, _ - . +)\n";
-  for (const Option& o : field_options()) {
-    std::string lhs = std::string(o.flag) + " " + o.arg;
-    out << "  " << lhs << std::string(lhs.size() < 23 ? 23 - lhs.size() : 1, ' ') << o.help << "\n";
+// What the command line asked for, filled in by CLI11.
+struct Request {
+  std::string preset, name, output, show_path;
+  bool names_only = false;
+  std::vector<std::string> field_values = std::vector<std::string>(field_options().size());
+};
+
+// The deck tool's command line: every subcommand and option, in one place.
+void declare(CLI::App& app, Request& rq) {
+  app.require_subcommand(1);
+  app.footer("Decks are documented field by field in docs/deck.md. Options take '--opt V' or '--opt=V'.");
+
+  CLI::App* nw = app.add_subcommand("new", "Write a deck from a preset or the built-in defaults.");
+  nw->footer(
+      "Without --preset: one case from the built-in defaults, named by --name ('custom' if not given).\n"
+      "With --preset: every case of the preset, or with --name only its case of that name. Field options\n"
+      "override that field in every case written; the values are checked when the deck is written.");
+  nw->add_option("--preset", rq.preset, "start from a preset (see 'deck presets')")
+      ->type_name("NAME")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            return find_preset(v) ? "" : "unknown preset '" + v + "' (presets: " + join(deck_preset_names()) + ")";
+          },
+          ""));
+  nw->add_option("--name", rq.name, "case name (letters, digits, _ - . +)")->type_name("N");
+  for (size_t i = 0; i < field_options().size(); ++i) {
+    const FieldOption& f = field_options()[i];
+    nw->add_option(f.flag, rq.field_values[i], f.help)
+        ->type_name(f.arg)
+        ->check(CLI::Validator(
+            [&f](std::string& v) -> std::string {
+              Case scratch;
+              try {
+                f.apply(scratch, v);
+              } catch (const BadValue& e) {
+                return e.what();
+              }
+              return "";
+            },
+            ""));
   }
-  out << "  -o, --output FILE      the deck to write (required)\n";
+  nw->add_option("-o,--output", rq.output, "the deck to write")->type_name("FILE")->required();
+
+  CLI::App* show = app.add_subcommand("show", "Print a deck readably (every field of every case).");
+  show->add_option("FILE", rq.show_path, "the deck")->required();
+
+  CLI::App* pr = app.add_subcommand("presets", "List the presets every shipped deck is generated from.");
+  pr->add_flag("--names", rq.names_only, "names only, one a line");
+
+  app.add_subcommand("help", "Every subcommand with its options.");
 }
 
-int cmd_new(int argc, char** argv, std::ostream& out) {
-  std::string preset_name, case_name, output;
-  bool have_name = false;
-  std::vector<std::pair<const Option*, std::string>> sets;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string flag = arg, value;
-    bool inline_value = false;
-    if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
-      flag = arg.substr(0, arg.find('='));
-      value = arg.substr(arg.find('=') + 1);
-      inline_value = true;
-    }
-    auto take_value = [&]() -> std::string {
-      if (inline_value) return value;
-      if (i + 1 >= argc) usage_error("new: " + flag + " needs a value");
-      return argv[++i];
-    };
-    if (flag == "--preset") {
-      preset_name = take_value();
-    } else if (flag == "--name") {
-      case_name = take_value();
-      have_name = true;
-    } else if (flag == "-o" || flag == "--output") {
-      output = take_value();
-    } else {
-      const Option* found = nullptr;
-      for (const Option& o : field_options())
-        if (flag == o.flag) found = &o;
-      if (!found) usage_error("new: unknown option '" + flag + "'");
-      sets.emplace_back(found, take_value());
-    }
-  }
-  if (output.empty()) usage_error("new: -o FILE is required");
-
+int cmd_new(const CLI::App& app, const Request& rq, std::ostream& out) {
   Deck deck;
-  if (preset_name.empty()) {
+  const bool have_name = app.get_subcommand("new")->count("--name") > 0;
+  if (rq.preset.empty()) {
     Case c;
-    c.name = have_name ? case_name : "custom";
+    c.name = have_name ? rq.name : "custom";
     deck.description = "made by ulysses-ipc deck new";
     deck.cases.push_back(c);
   } else {
-    const Preset* p = find_preset(preset_name);
-    if (!p) usage_error("new: --preset: unknown preset '" + preset_name + "' (presets: " + join(deck_preset_names()) + ")");
+    const Preset* p = find_preset(rq.preset);  // known: the option's check said so
     deck.description = p->description;
     std::vector<Case> cases = p->cases();
     if (have_name) {
       std::vector<std::string> names;
       for (const Case& c : cases) {
         names.push_back(c.name);
-        if (c.name == case_name) deck.cases.push_back(c);
+        if (c.name == rq.name) deck.cases.push_back(c);
       }
       if (deck.cases.empty())
-        usage_error("new: --name: preset '" + preset_name + "' has no case '" + case_name + "' (cases: " +
-                    join(names) + ")");
+        throw InputError(cli::usage_message(app, "new", "--name: preset '" + rq.preset + "' has no case '" + rq.name +
+                                                            "' (cases: " + join(names) + ")"));
     } else {
       deck.cases = cases;
     }
   }
+  const CLI::App* nw = app.get_subcommand("new");
   for (Case& c : deck.cases)
-    for (const auto& [opt, v] : sets) opt->apply(c, opt->flag, v);
-  write_deck(deck, output);  // validates every case first: bad values name the field
-  out << "wrote " << output << " (" << deck.cases.size() << (deck.cases.size() == 1 ? " case)" : " cases)") << "\n";
+    for (size_t i = 0; i < field_options().size(); ++i)
+      if (nw->count(field_options()[i].flag) > 0) field_options()[i].apply(c, rq.field_values[i]);
+  write_deck(deck, rq.output);  // validates every case first: bad values name the field
+  out << "wrote " << rq.output << " (" << deck.cases.size() << (deck.cases.size() == 1 ? " case)" : " cases)") << "\n";
   return 0;
 }
 
-int cmd_show(int argc, char** argv, std::ostream& out) {
-  if (argc != 2) usage_error("show: expects exactly one FILE");
-  out << format_deck(read_deck_isolated(argv[1]));
-  return 0;
-}
-
-int cmd_presets(int argc, char** argv, std::ostream& out) {
-  bool names_only = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--names")
-      names_only = true;
-    else
-      usage_error("presets: unknown option '" + std::string(argv[i]) + "'");
-  }
+int cmd_presets(const Request& rq, std::ostream& out) {
   for (const Preset& p : presets()) {
-    if (names_only) {
+    if (rq.names_only) {
       out << p.name << "\n";
       continue;
     }
@@ -509,16 +488,22 @@ Deck deck_preset(const std::string& name) {
 }
 
 int deck_command(int argc, char** argv, std::ostream& out) {
-  if (argc < 1) usage_error("needs a subcommand: new, show, presets or help");
-  std::string sub = argv[0];
-  if (sub == "new") return cmd_new(argc, argv, out);
-  if (sub == "show") return cmd_show(argc, argv, out);
-  if (sub == "presets") return cmd_presets(argc, argv, out);
-  if (sub == "help" || sub == "--help" || sub == "-h") {
-    print_usage(out);
+  CLI::App app{"Writes, prints and lists input decks (serial: no mpirun).", "ulysses-ipc deck"};
+  Request rq;
+  declare(app, rq);
+  const std::string text = cli::parse(app, std::vector<std::string>(argv, argv + argc));
+  if (!text.empty()) {
+    out << text;
     return 0;
   }
-  usage_error("unknown subcommand '" + sub + "' (allowed: new, show, presets, help)");
+  if (app.got_subcommand("new")) return cmd_new(app, rq, out);
+  if (app.got_subcommand("show")) {
+    out << format_deck(read_deck_isolated(rq.show_path));
+    return 0;
+  }
+  if (app.got_subcommand("presets")) return cmd_presets(rq, out);
+  out << cli::help_all(app);  // help
+  return 0;
 }
 
 int deck_command(int argc, char** argv) { return deck_command(argc, argv, std::cout); }

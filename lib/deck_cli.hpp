@@ -11,8 +11,9 @@
 namespace uipc {
 
 // argv starts after "deck" (argv[0] is the subcommand: new, show, presets, help).
-// Returns 0 on success; throws InputError on bad usage or a bad deck (message names
-// the option or field), RuntimeError when the deck cannot be written.
+// Returns 0 on success (help and --help print and return 0 too); throws InputError on
+// bad usage or a bad deck (message names the option or field), RuntimeError when the
+// deck cannot be written.
 int deck_command(int argc, char** argv);
 // The same, printing to `out` (tests).
 int deck_command(int argc, char** argv, std::ostream& out);

@@ -14,9 +14,9 @@
 # GPUs there are). The one-GPU sections pin every rank to the first visible GPU, so a
 # machine with several GPUs also runs what the one-GPU machine runs.
 #
-# Kokkos: where the machine has none, the Debian packages carried in .kokkos/*.deb
-# (apt-get download libtrilinos-kokkos-dev libtrilinos-kokkos-13.2) are unpacked into
-# .kokkos/root and used through Kokkos_ROOT. cuDNN SDPA needs the cudnn-frontend headers
+# Kokkos and CLI11: where the machine has none, the Debian packages carried in
+# .kokkos/*.deb (apt-get download libtrilinos-kokkos-dev libtrilinos-kokkos-13.2
+# libcli11-dev) are unpacked into .kokkos/root and used through Kokkos_ROOT and CLI11_DIR. cuDNN SDPA needs the cudnn-frontend headers
 # in .cache/cudnn-frontend/include (see kernels/CMakeLists.txt); if that build fails,
 # the check rebuilds without it and says so.
 set -u -o pipefail
@@ -77,11 +77,19 @@ run_step() {
 
 # --- Kokkos
 KOKKOS_ARGS=()
-if [ ! -f /usr/include/trilinos/Kokkos_Core.hpp ] && ls .kokkos/*.deb >/dev/null 2>&1; then
+if { [ ! -f /usr/include/trilinos/Kokkos_Core.hpp ] || [ ! -f /usr/include/CLI/CLI.hpp ]; } &&
+  ls .kokkos/*.deb >/dev/null 2>&1; then
   mkdir -p .kokkos/root
   for f in .kokkos/*.deb; do dpkg -x "$f" .kokkos/root; done
+fi
+if [ ! -f /usr/include/trilinos/Kokkos_Core.hpp ] && [ -d .kokkos/root/usr/include/trilinos ]; then
   KOKKOS_ARGS=(-DKokkos_ROOT="$ROOT/.kokkos/root/usr" -DULYSSES_KOKKOS_INCLUDE="$ROOT/.kokkos/root/usr/include/trilinos")
   note "kokkos" "carried Debian packages (.kokkos/root)"
+fi
+# CLI11 (header-only, both command lines): libcli11-dev's .deb carried in .kokkos/ too.
+if [ ! -f /usr/include/CLI/CLI.hpp ] && [ -d .kokkos/root/usr/share/cmake/CLI11 ]; then
+  KOKKOS_ARGS+=(-DCLI11_DIR="$ROOT/.kokkos/root/usr/share/cmake/CLI11")
+  note "cli11" "carried Debian package (.kokkos/root)"
 fi
 
 # --- configure and build

@@ -157,6 +157,11 @@ def test_dump_reproduces_the_layer_in_numpy(app, run, tmp_path):
     ([PROTOCOL, "-o", "X", "--case", "u4-fp16"], "needs tp*ulysses = 4 ranks"),
     ([PROTOCOL, "-o", "X", "--case", "nope"], "no case named"),
     ([DEFAULT, "-o", "X", "--watchdog", "-1"], "--watchdog"),
+    ([DEFAULT, "-o", "X", "--watchdog", "nan"], "--watchdog"),
+    ([DEFAULT, "-o", "X", "--cache-entries", "0"], "--cache-entries"),
+    ([DEFAULT, "-o", "X", "--gather", "rdma"], "--gather: unknown value 'rdma'"),
+    ([DEFAULT, DEFAULT, "-o", "X"], "not expected"),
+    (["-o", "X"], "DECK.h5 is required"),
 ])
 def test_bad_input_is_one_clear_error_exit_2_and_no_report(run, tmp_path, args, needle):
     (tmp_path / "NOTHDF5").write_text("this is not an HDF5 file\n")
@@ -166,6 +171,24 @@ def test_bad_input_is_one_clear_error_exit_2_and_no_report(run, tmp_path, args, 
     errors = [l for l in p.stderr.splitlines() if l.startswith("ulysses-ipc: error")]
     assert len(errors) == 1 and needle in errors[0], p.stderr
     assert not (tmp_path / "X").exists() and not list(tmp_path.glob("X.tmp-*"))
+
+
+def test_help_of_every_command_comes_from_cli11_on_rank_0_only(app, run):
+    """--help of the run (under mpirun: printed once, by rank 0) and of the deck tool and
+    each of its subcommands: exit 0, CLI11's layout, every option the parser declares."""
+    p = run(2, "--help", timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("Usage: ulysses-ipc") == 1, p.stdout
+    for opt in ("-o,--output", "--mode", "--case", "--gather", "--watchdog", "--cache-entries",
+                "--allow-shared-gpu", "--dump", "--quiet", "--version"):
+        assert opt in p.stdout, (opt, p.stdout)
+    v = run(2, "--version", timeout=60)
+    assert v.returncode == 0 and v.stdout.count("ulysses-ipc ") == 1, v.stdout
+    for sub, needle in ([], "Subcommands:"), (["new"], "--seq-len"), (["show"], "FILE"), \
+            (["presets"], "--names"), (["help"], "--help"):
+        h = subprocess.run([app, "deck", *sub, "--help"], capture_output=True, text=True)
+        assert h.returncode == 0 and h.stdout.startswith(("Writes", "Write", "Print", "List", "Every")), h
+        assert f"Usage: ulysses-ipc deck{''.join(' ' + s for s in sub)}" in h.stdout and needle in h.stdout, h.stdout
 
 
 def test_bad_decks_exit_2(app, run, tmp_path):
