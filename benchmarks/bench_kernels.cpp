@@ -1,17 +1,29 @@
-// Times the CUDA kernels and the strided copy on one GPU and prints one table (nothing
-// else is written): attention (cuDNN SDPA and the reference kernel), fused Q/K norm +
-// RoPE, the QKV-sized GEMM, and cudaMemcpy2DAsync of the strided V view. Compare with
-// the anchor figures in shared/device/README.md. With two GPUs or more it also measures
-// the link between GPUs 0 and 1 with the copy engine, in the shape of the Ulysses2
-// scatter (strided rows of half the heads into a peer's buffer, both directions at
-// once): that rate is the bound the IPC scatter is held against.
+// The GPU check's benchmark: times the layer's kernels and copies on one GPU against the
+// bounds they chase, all measured in the same run, prints one table and (with -o FILE)
+// writes it to HDF5. Sections:
+//  - bounds: a large device-to-device copy (the HBM bound, bytes read + written);
+//  - attention: cuDNN SDPA and the reference kernel (FLOP/s);
+//  - norm+RoPE: every norm kind, head_dim 64/72/128, bf16/fp16/fp32, fused and separate
+//    views, the vector kernel against the copy bound (and the general kernel beside it);
+//  - GEMM: the QKV projection, whole and split by columns as the own-slice schedules split it;
+//  - copies: the strided V view;
+//  - what runs where: each copy kind the transports use, beside a kernel that holds every
+//    SM; a copy that finishes while the kernel runs is on a copy engine, one that waits
+//    for it needs SMs;
+//  - latency floor: the parts of a scatter's fixed cost (event hop between streams,
+//    stream-memory-op round trip, a small copy, and the host's cost to enqueue each);
+//  - with two GPUs or more, the peer link in the Ulysses2 scatter's shape.
+// Every wait is bounded (the device layer's watchdog; probe kernels end on the GPU clock).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -19,32 +31,45 @@
 
 #include "base/dtype.hpp"
 #include "base/error.hpp"
+#include "benchmarks/bench_probe.hpp"
 #include "comm/cuda_device.hpp"
+#include "kernels/cuda_internal.hpp"
 #include "kernels/cuda_kernels.hpp"
+#include "lib/hdf5_file.hpp"
 
 namespace {
 
 using namespace uipc;
 
 struct Row {
-  std::string what, shape;
+  std::string section, what, shape;
   double ms;
   double rate;
-  const char* unit;
+  std::string unit;
+  double of_bound;  // fraction of the bound it chases (NaN: none)
   std::string note;
 };
 
-// Median-free, simple: `warmup` untimed runs, then the mean of `iters` runs between two
-// events on the stream.
-double time_ms(Device& dev, Stream& s, int warmup, int iters, const std::function<void()>& fn) {
+constexpr double kNoBound = std::numeric_limits<double>::quiet_NaN();
+
+// `warmup` untimed runs, then the median of `reps` timings of `iters` runs each, between
+// two events on the stream.
+double time_ms(Device& dev, Stream& s, int warmup, int iters, const std::function<void()>& fn, int reps = 5) {
   for (int i = 0; i < warmup; ++i) fn();
   auto a = dev.create_event(), b = dev.create_event();
-  a->record(s);
-  for (int i = 0; i < iters; ++i) fn();
-  b->record(s);
-  b->synchronize();
-  return dev.elapsed_ms(*a, *b) / iters;
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    a->record(s);
+    for (int i = 0; i < iters; ++i) fn();
+    b->record(s);
+    b->synchronize();
+    t.push_back(dev.elapsed_ms(*a, *b) / iters);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
+
+cudaStream_t cu(Stream& s) { return static_cast<cudaStream_t>(s.native()); }
 
 // A device buffer of n random values in [-1, 1) of type t (generated on the host in
 // fp32, converted on the device).
@@ -65,6 +90,310 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw RuntimeError(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
+// --- bounds
+double copy_bound_tbs(Device& dev, Stream& s, std::vector<Row>& rows) {
+  const size_t bytes = size_t(2) << 30;
+  auto a = dev.alloc(bytes), b = dev.alloc(bytes);
+  dev.memset(s, a.get(), 1, bytes);
+  const double ms = time_ms(dev, s, 2, 5, [&] { dev.copy_2d(s, b.get(), bytes, a.get(), bytes, bytes, 1); });
+  const double tbs = 2.0 * bytes / ms * 1e-9;
+  rows.push_back({"bounds", "device-to-device copy (HBM bound)", "2 GiB contiguous", ms, tbs, "TB/s", kNoBound,
+                  "bytes = read+write; the bound of the memory-bound kernels below"});
+  return tbs;
+}
+
+// --- norm + RoPE
+struct NormShape {
+  DType dt;
+  int D, H;
+  bool fused;
+};
+
+void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs, std::vector<Row>& rows) {
+  const int64_t M = 16384 + 512;  // FLUX.1-dev 2048 tokens
+  const NormKind kinds[] = {NormKind::kRmsPerHead, NormKind::kRmsAcrossHeads, NormKind::kLayerPerHead, NormKind::kNone};
+  const char* kind_names[] = {"rms", "rms_across_heads", "layer", "none (RoPE only)"};
+  std::vector<NormShape> shapes;
+  for (DType dt : {DType::kBF16, DType::kFP16, DType::kFP32})
+    for (int D : {64, 72, 128})
+      for (bool fused : {true, false}) shapes.push_back({dt, D, 3072 / D, fused});  // width ~3072, FLUX-like
+  for (const NormShape& sh : shapes) {
+    const size_t es = dtype_size(sh.dt);
+    const int64_t width = static_cast<int64_t>(sh.H) * sh.D, pitch = sh.fused ? 3 * width : width;
+    // fused: one QKV buffer, Q and K its views; separate: two buffers.
+    auto buf = random_buffer(dev, s, kern, static_cast<size_t>(M * pitch * (sh.fused ? 1 : 2)), sh.dt, 4);
+    std::vector<float> g(static_cast<size_t>(width), 1.0f), bt(static_cast<size_t>(sh.D), 0.0f);
+    auto gamma = dev.alloc(g.size() * 4), beta = dev.alloc(bt.size() * 4);
+    dev.copy_to_device(gamma.get(), g.data(), g.size() * 4);
+    dev.copy_to_device(beta.get(), bt.data(), bt.size() * 4);
+    for (int ki = 0; ki < 4; ++ki) {
+      NormRopeParams p;
+      p.norm = kinds[ki];
+      p.rope = RopeKind::k1D;
+      p.gamma = gamma.as<float>();
+      p.beta = beta.as<float>();
+      double ms_kernel[2] = {0, 0};
+      const NormRopeKernel which[2] = {NormRopeKernel::kVector, NormRopeKernel::kGeneral};
+      for (int w = 0; w < 2; ++w) {
+        // The general kernel only beside the bf16 ones (it is the one the vector kernel replaces).
+        if (w == 1 && sh.dt != DType::kBF16) continue;
+        auto run = [&] {
+          for (int j = 0; j < 2; ++j) {  // Q and K
+            QkView v;
+            v.data = static_cast<unsigned char*>(buf.get()) + (sh.fused ? j * width : j * M * width) * es;
+            v.row_pitch = pitch;
+            v.batch = 1;
+            v.tokens_per_batch = M;
+            v.pos_offset = 0;
+            v.heads = sh.H;
+            v.head_dim = sh.D;
+            launch_norm_rope(cu(s), v, sh.dt, p, which[w]);
+          }
+        };
+        ms_kernel[w] = time_ms(dev, s, 3, 20, run);
+      }
+      const double bytes = 2.0 * 2.0 * M * width * es;  // Q and K, read + write
+      for (int w = 0; w < 2; ++w) {
+        if (ms_kernel[w] == 0) continue;
+        const double tbs = bytes / ms_kernel[w] * 1e-9;
+        char shape[96];
+        std::snprintf(shape, sizeof(shape), "M%lld H%d D%d %s %s", static_cast<long long>(M), sh.H, sh.D,
+                      dtype_name(sh.dt), sh.fused ? "fused" : "separate");
+        rows.push_back({"norm+rope", std::string("norm+RoPE ") + kind_names[ki] + (w ? " (general kernel)" : ""),
+                        shape, ms_kernel[w], tbs, "TB/s", tbs / bound_tbs, "Q and K, bytes = read+write"});
+      }
+    }
+  }
+}
+
+// --- GEMM: the fused QKV projection at Ulysses2 FLUX 2048 (M8448), whole and split the
+// way the own-slice paths split it (Q,K + V's columns before the own block, the own block
+// into its target, the rest), and the V-projection-first split.
+void gemm_rows(Device& dev, Stream& s, LayerKernels& kern, std::vector<Row>& rows) {
+  const int64_t M = 8448, K = 3072, Ct = 3072, N = 3 * Ct, Hl = 1536;  // U2: own block = half of V's columns
+  auto a = random_buffer(dev, s, kern, M * K, DType::kBF16, 5);
+  auto w = random_buffer(dev, s, kern, K * N, DType::kBF16, 6);
+  auto out = dev.alloc(M * N * 2), target = dev.alloc(2 * M * Hl * 2);
+  auto bf = [&](const void* p, int64_t col) { return static_cast<const unsigned char*>(p) + col * 2; };
+  auto bfo = [&](void* p, int64_t col) { return static_cast<unsigned char*>(p) + col * 2; };
+  const double flops = 2.0 * M * N * K;
+  const double whole = time_ms(dev, s, 3, 10, [&] {
+    kern.gemm(s, a.get(), K, w.get(), N, out.get(), N, M, N, K, DType::kBF16, DType::kBF16);
+  });
+  rows.push_back({"gemm", "QKV projection (cuBLASLt), one GEMM", "M8448 K3072 N9216 bf16", whole,
+                  flops / whole * 1e-9, "TFLOP/s", kNoBound, ""});
+  for (int me : {0, 1}) {
+    const int64_t own0 = 2 * Ct + me * Hl;  // the own block of V's columns
+    const double ms = time_ms(dev, s, 3, 10, [&] {
+      kern.gemm(s, a.get(), K, w.get(), N, out.get(), N, M, own0, K, DType::kBF16, DType::kBF16);
+      kern.gemm(s, a.get(), K, bf(w.get(), own0), N, target.get(), Hl, M, Hl, K, DType::kBF16, DType::kBF16);
+      if (own0 + Hl < N)
+        kern.gemm(s, a.get(), K, bf(w.get(), own0 + Hl), N, bfo(out.get(), own0 + Hl), N, M, N - own0 - Hl, K,
+                  DType::kBF16, DType::kBF16);
+    });
+    rows.push_back({"gemm", std::string("QKV projection split for the own V slice, rank ") + std::to_string(me),
+                    "M8448 K3072 N9216 bf16", ms, flops / ms * 1e-9, "TFLOP/s", whole / ms,
+                    me == 0 ? "3 GEMMs; of_bound = one GEMM's time / this" : "2 GEMMs; of_bound = one GEMM's time / this"});
+  }
+  const double vq = time_ms(dev, s, 3, 10, [&] {
+    kern.gemm(s, a.get(), K, bf(w.get(), 2 * Ct), N, bfo(out.get(), 2 * Ct), N, M, Ct, K, DType::kBF16, DType::kBF16);
+    kern.gemm(s, a.get(), K, w.get(), N, out.get(), N, M, 2 * Ct, K, DType::kBF16, DType::kBF16);
+  });
+  rows.push_back({"gemm", "V columns first, then Q and K (v-project-first)", "M8448 K3072 N9216 bf16", vq,
+                  flops / vq * 1e-9, "TFLOP/s", whole / vq, "2 GEMMs; of_bound = one GEMM's time / this"});
+}
+
+// --- copies
+void copy_rows(Device& dev, Stream& s, double bound_tbs, std::vector<Row>& rows) {
+  const int64_t S = 65536;
+  const int H = 24, D = 128;
+  const size_t row_bytes = static_cast<size_t>(H) * D * 2;
+  auto qkv = dev.alloc(S * 3 * row_bytes);
+  auto dst = dev.alloc(S * row_bytes);
+  for (int slices : {1, 4}) {
+    const size_t w = row_bytes / slices;
+    const double ms = time_ms(dev, s, 3, 20, [&] {
+      for (int j = 0; j < slices; ++j) {
+        dev.copy_2d(s, dst.as<unsigned char>() + j * S * w, w, qkv.as<unsigned char>() + 2 * row_bytes + j * w,
+                    3 * row_bytes, w, S);
+      }
+    });
+    const double tbs = 2.0 * S * row_bytes / ms * 1e-9;
+    rows.push_back({"copies", "cudaMemcpy2DAsync strided V view",
+                    "S65536 24x128 bf16, " + std::to_string(slices) + " head slice" + (slices > 1 ? "s" : ""), ms,
+                    tbs, "TB/s", tbs / bound_tbs, "bytes = read+write"});
+  }
+}
+
+// --- what runs where: a copy beside a kernel that holds every SM for kSpinMs.
+constexpr double kSpinMs = 20.0;
+
+void where_rows(Device& dev, std::vector<Row>& rows) {
+  auto spin_s = dev.create_stream(StreamPriority::kNormal);
+  auto copy_s = dev.create_stream(StreamPriority::kHigh);
+  const int64_t S = 16896;
+  const size_t row_bytes = 24 * 128 * 2, w = row_bytes / 2;  // half the heads of a FLUX 2048 row
+  auto qkv = dev.alloc(S * 3 * row_bytes);
+  auto dst = dev.alloc(S * row_bytes);
+  dev.memset(*spin_s, qkv.get(), 1, qkv.bytes());
+  void* pinned = nullptr;
+  check(cudaMallocHost(&pinned, S * row_bytes), "cudaMallocHost");
+  std::unique_ptr<void, void (*)(void*)> pin_guard(pinned, [](void* p) { cudaFreeHost(p); });
+  // The vmm transport's target: the same device memory mapped a second time, as a peer
+  // on this device would map it (alloc_fd_shareable, export_fd, import_fd).
+  DeviceBuffer vmm_buf;
+  PeerMapping vmm_map;
+  std::string vmm_why = dev.vmm_ineligible_reason();
+  if (vmm_why.empty()) {
+    try {
+      vmm_buf = dev.alloc_fd_shareable(S * row_bytes);
+      vmm_map = dev.import_fd(dev.export_fd(vmm_buf), S * row_bytes);
+    } catch (const std::exception& e) {
+      vmm_why = e.what();
+    }
+  }
+  struct Kind {
+    std::string name, note;
+    std::function<void(Stream&)> copy;
+  };
+  std::vector<Kind> kinds = {
+      {"same-device cudaMemcpy2DAsync (own slice, NCCL pack/unpack)", "strided V view, half the heads",
+       [&](Stream& s) { dev.copy_2d(s, dst.get(), w, qkv.as<unsigned char>() + 2 * row_bytes, 3 * row_bytes, w, S); }},
+      {"same-device cudaMemcpyAsync (1-D)", "contiguous",
+       [&](Stream& s) { check(cudaMemcpyAsync(dst.get(), qkv.get(), S * w, cudaMemcpyDefault, cu(s)), "cudaMemcpyAsync"); }},
+      {"same-device cudaMemcpy3DBatchAsync, PreferOverlapWithCompute", "strided V view, one 2-D op",
+       [&](Stream& s) {
+         cudaMemcpy3DBatchOp op{};
+         op.src.type = cudaMemcpyOperandTypePointer;
+         op.src.op.ptr.ptr = qkv.as<unsigned char>() + 2 * row_bytes;
+         op.src.op.ptr.rowLength = 3 * row_bytes;
+         op.src.op.ptr.layerHeight = static_cast<size_t>(S);
+         op.dst.type = cudaMemcpyOperandTypePointer;
+         op.dst.op.ptr.ptr = dst.get();
+         op.dst.op.ptr.rowLength = w;
+         op.dst.op.ptr.layerHeight = static_cast<size_t>(S);
+         op.extent = make_cudaExtent(w, static_cast<size_t>(S), 1);
+         op.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+         op.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+         check(cudaMemcpy3DBatchAsync(1, &op, 0, cu(s)), "cudaMemcpy3DBatchAsync");
+       }},
+      {"pinned host -> device cudaMemcpy2DAsync (control)", "half rows into the strided view",
+       [&](Stream& s) { dev.copy_2d(s, qkv.as<unsigned char>() + 2 * row_bytes, 3 * row_bytes, pinned, w, w, S); }},
+      {"device -> pinned host cudaMemcpy2DAsync", "strided V view, half the heads",
+       [&](Stream& s) { dev.copy_2d(s, pinned, w, qkv.as<unsigned char>() + 2 * row_bytes, 3 * row_bytes, w, S); }},
+  };
+  if (vmm_map)
+    kinds.push_back({"same-device cudaMemcpy2DAsync into a VMM-mapped alias (vmm target)", "strided V view, half the heads",
+                     [&](Stream& s) {
+                       dev.copy_2d(s, vmm_map.get(), w, qkv.as<unsigned char>() + 2 * row_bytes, 3 * row_bytes, w, S);
+                     }});
+  else
+    rows.push_back({"where", "VMM-mapped alias", "", 0, 0, "", kNoBound, "not measured: " + vmm_why});
+
+  for (auto& k : kinds) {
+    // Alone: the copy's own time.
+    const double alone = time_ms(dev, *copy_s, 2, 5, [&] { k.copy(*copy_s); }, 3);
+    // Beside the kernel: started just after it, on a high-priority stream.
+    auto e_spin0 = dev.create_event(), e_spin1 = dev.create_event(), e_copy1 = dev.create_event();
+    e_spin0->record(*spin_s);
+    launch_spin_every_sm(cu(*spin_s), kSpinMs);
+    e_spin1->record(*spin_s);
+    dev.stream_wait_event(*copy_s, *e_spin0);
+    k.copy(*copy_s);
+    e_copy1->record(*copy_s);
+    copy_s->synchronize();
+    spin_s->synchronize();
+    const double spin = dev.elapsed_ms(*e_spin0, *e_spin1), end = dev.elapsed_ms(*e_spin0, *e_copy1);
+    const bool beside = end < 0.5 * spin;
+    const bool after = end >= spin;
+    char note[200];
+    std::snprintf(note, sizeof(note), "%s: done %.3f ms after the start of a %.1f ms all-SM kernel (alone %.3f ms)",
+                  beside ? "COPY ENGINE (runs beside the kernel)"
+                         : after ? "NEEDS SMs (waited for the kernel)" : "UNCLEAR (partly delayed)",
+                  end, spin, alone);
+    rows.push_back({"where", k.name, k.note, alone, end, "ms done", kNoBound, note});
+  }
+}
+
+// --- latency floor: the parts of a scatter's fixed cost, each as a chain of kChain
+// operations behind a short delay on the first stream (so the host has enqueued the whole
+// chain before the GPU starts on it), timed with events; and the host's enqueue cost.
+constexpr int kChain = 200;
+constexpr double kGateMs = 3.0;
+
+void latency_rows(Device& dev, std::vector<Row>& rows) {
+  auto a = dev.create_stream(StreamPriority::kHigh), b = dev.create_stream(StreamPriority::kHigh);
+  using Clock = std::chrono::steady_clock;
+  auto host_us = [](Clock::time_point t0, int n) {
+    return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n;
+  };
+  // Event hop: a records, b waits and records, a waits ... 2*kChain hops.
+  {
+    std::vector<std::unique_ptr<Event>> ea(kChain), eb(kChain);
+    for (int i = 0; i < kChain; ++i) {
+      ea[i] = dev.create_event();
+      eb[i] = dev.create_event();
+    }
+    auto t0e = dev.create_event(), t1e = dev.create_event();
+    launch_delay(cu(*a), kGateMs);
+    t0e->record(*a);
+    const auto h0 = Clock::now();
+    for (int i = 0; i < kChain; ++i) {
+      ea[i]->record(*a);
+      dev.stream_wait_event(*b, *ea[i]);
+      eb[i]->record(*b);
+      dev.stream_wait_event(*a, *eb[i]);
+    }
+    const double host = host_us(h0, 2 * kChain);
+    t1e->record(*a);
+    a->synchronize();
+    const double us = dev.elapsed_ms(*t0e, *t1e) * 1e3 / (2 * kChain);
+    rows.push_back({"latency", "event hop between two streams (record + wait)", "chain of 400", us / 1e3, us, "us",
+                    kNoBound, "GPU time per hop; host enqueue " + std::to_string(host).substr(0, 5) + " us per hop"});
+  }
+  // Stream-memory-op round trip: a writes x = i, b waits x >= i and writes y = i, a waits y >= i.
+  {
+    auto words = dev.alloc(2 * sizeof(uint64_t));
+    const uint64_t zero[2] = {0, 0};
+    dev.copy_to_device(words.get(), zero, sizeof(zero));
+    auto* x = words.as<uint64_t>();
+    auto* y = x + 1;
+    auto t0e = dev.create_event(), t1e = dev.create_event();
+    launch_delay(cu(*a), kGateMs);
+    t0e->record(*a);
+    const auto h0 = Clock::now();
+    for (int i = 1; i <= kChain; ++i) {
+      dev.write_value64(*a, x, static_cast<uint64_t>(i));
+      dev.wait_value64_geq(*b, x, static_cast<uint64_t>(i), WaitLabel{0, "the benchmark's ping"});
+      dev.write_value64(*b, y, static_cast<uint64_t>(i));
+      dev.wait_value64_geq(*a, y, static_cast<uint64_t>(i), WaitLabel{0, "the benchmark's pong"});
+    }
+    const double host = host_us(h0, 2 * kChain);
+    t1e->record(*a);
+    a->synchronize();
+    b->synchronize();
+    const double us = dev.elapsed_ms(*t0e, *t1e) * 1e3 / kChain;
+    rows.push_back({"latency", "stream memory op round trip (write, wait, write back, wait)", "chain of 200", us / 1e3,
+                    us, "us", kNoBound,
+                    "GPU time per round trip; host enqueue " + std::to_string(host).substr(0, 5) + " us per write+wait"});
+  }
+  // A small copy (16 KB, the near-empty layer's tag) and its enqueue cost.
+  {
+    auto src = dev.alloc(size_t(16) << 10), dst = dev.alloc(size_t(16) << 10);
+    auto t0e = dev.create_event(), t1e = dev.create_event();
+    launch_delay(cu(*a), kGateMs);
+    t0e->record(*a);
+    const auto h0 = Clock::now();
+    for (int i = 0; i < kChain; ++i) dev.copy_2d(*a, dst.get(), 1024, src.get(), 1024, 1024, 16);
+    const double host = host_us(h0, kChain);
+    t1e->record(*a);
+    a->synchronize();
+    const double us = dev.elapsed_ms(*t0e, *t1e) * 1e3 / kChain;
+    rows.push_back({"latency", "small same-device 2-D copy (16 KB)", "chain of 200", us / 1e3, us, "us", kNoBound,
+                    "GPU time per copy; host enqueue " + std::to_string(host).substr(0, 5) + " us per copy"});
+  }
+}
+
 // GPU 0 <-> GPU 1 over cudaMemcpy2DAsync, each device's copy on its own stream: one
 // direction, then both at once (what each rank of a Ulysses2 scatter does). The strided
 // source is the K/V view of a fused QKV buffer (pitch 3 rows), half of its heads.
@@ -72,7 +401,7 @@ void peer_rows(std::vector<Row>& rows) {
   int n = 0;
   check(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
   if (n < 2) {
-    std::printf("bench_kernels: one GPU: no peer-link rows\n");
+    rows.push_back({"peer", "peer link", "", 0, 0, "", kNoBound, "one GPU: not measured"});
     return;
   }
   int can01 = 0, can10 = 0;
@@ -124,8 +453,8 @@ void peer_rows(std::vector<Row>& rows) {
       worst = std::max(worst, static_cast<double>(ms) / iters);
     }
     const double bytes = static_cast<double>(S) * half;
-    rows.push_back({both ? "peer 2D copy, both directions at once" : "peer 2D copy, GPU0 -> GPU1",
-                    "S65536 12 of 24x128 bf16 heads, pitch 3 rows", worst, bytes / worst * 1e-6, "GB/s",
+    rows.push_back({"peer", both ? "peer 2D copy, both directions at once" : "peer 2D copy, GPU0 -> GPU1",
+                    "S65536 12 of 24x128 bf16 heads, pitch 3 rows", worst, bytes / worst * 1e-6, "GB/s", kNoBound,
                     std::string("per direction; peer access ") + (can01 && can10 ? "yes" : "no (staged)")});
   }
   for (int d = 0; d < 2; ++d) {
@@ -139,9 +468,79 @@ void peer_rows(std::vector<Row>& rows) {
   check(cudaSetDevice(0), "cudaSetDevice");
 }
 
+void attention_rows(Device& dev, Stream& s, std::vector<Row>& rows) {
+  const int64_t B = 1, S = 16384;
+  const int H = 6, D = 128;
+  const size_t n = B * S * H * D;
+  setenv("ULYSSES_ATTENTION", "reference", 1);
+  auto ref = make_cuda_kernels();
+  auto q = random_buffer(dev, s, *ref, n, DType::kBF16, 1);
+  auto k = random_buffer(dev, s, *ref, n, DType::kBF16, 2);
+  auto v = random_buffer(dev, s, *ref, n, DType::kBF16, 3);
+  auto o = dev.alloc(n * 2);
+  const double flops = 4.0 * B * H * S * S * D;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const std::string shape = "B1 H6 S16384 D128 bf16";
+  setenv("ULYSSES_ATTENTION", "cudnn", 1);
+  auto cudnn = make_cuda_kernels();
+  unsetenv("ULYSSES_ATTENTION");
+  const double ms_c = time_ms(dev, s, 3, 20, [&] {
+    cudnn->attention(s, q.get(), k.get(), v.get(), o.get(), B, S, H, D, DType::kBF16, scale);
+  });
+  rows.push_back({"attention", "attention (ULYSSES_ATTENTION=cudnn)", shape, ms_c, flops / ms_c * 1e-9, "TFLOP/s",
+                  flops / ms_c * 1e-9 / 660.0, cuda_attention_path(*cudnn) + "; of_bound: against the 660 TFLOP/s anchor"});
+  const double ms_r = time_ms(dev, s, 1, 3, [&] {
+    ref->attention(s, q.get(), k.get(), v.get(), o.get(), B, S, H, D, DType::kBF16, scale);
+  }, 1);
+  rows.push_back({"attention", "attention (reference kernel)", shape, ms_r, flops / ms_r * 1e-9, "TFLOP/s", kNoBound,
+                  cuda_attention_path(*ref)});
+}
+
+void write_h5(const std::string& path, const std::vector<Row>& rows, const std::string& device) {
+  auto f = h5::File::create(path);
+  {
+    h5::Group g = f.root().create_group("bench_kernels");
+    g.write_attr("device", device);
+    std::vector<std::string> section, what, shape, unit, note;
+    std::vector<double> ms, rate, of_bound;
+    for (const auto& r : rows) {
+      section.push_back(r.section);
+      what.push_back(r.what);
+      shape.push_back(r.shape);
+      unit.push_back(r.unit);
+      note.push_back(r.note);
+      ms.push_back(r.ms);
+      rate.push_back(r.rate);
+      of_bound.push_back(r.of_bound);
+    }
+    g.write_attr("section", section);
+    g.write_attr("what", what);
+    g.write_attr("shape", shape);
+    g.write_attr("unit", unit);
+    g.write_attr("note", note);
+    g.write_attr("ms", ms);
+    g.write_attr("rate", rate);
+    g.write_attr("of_bound", of_bound);
+  }
+  f.close();
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  std::string out_path;
+  std::string only;  // a comma-separated list of sections, or all
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "-o" || a == "--output") && i + 1 < argc) out_path = argv[++i];
+    else if (a == "--sections" && i + 1 < argc) only = argv[++i];
+    else {
+      std::fprintf(stderr,
+                   "usage: bench_kernels [-o FILE.h5] [--sections bounds,attention,norm,gemm,copies,where,latency,peer]\n");
+      return 2;
+    }
+  }
+  auto want = [&](const char* s) { return only.empty() || ("," + only + ",").find(std::string(",") + s + ",") != std::string::npos; };
   try {
     std::string why;
     if (cuda_usable_device_count(&why) == 0) {
@@ -149,103 +548,29 @@ int main() {
       return 0;
     }
     auto dev = make_cuda_device(0);
-    dev->set_watchdog_seconds(600);
+    dev->set_watchdog_seconds(120);
     auto s = dev->create_stream(StreamPriority::kNormal);
-    std::vector<Row> rows;
-
-    {  // attention, Flux 2K U4 share
-      const int64_t B = 1, S = 16384;
-      const int H = 6, D = 128;
-      const size_t n = B * S * H * D;
-      setenv("ULYSSES_ATTENTION", "reference", 1);
-      auto ref = make_cuda_kernels();
-      auto q = random_buffer(*dev, *s, *ref, n, DType::kBF16, 1);
-      auto k = random_buffer(*dev, *s, *ref, n, DType::kBF16, 2);
-      auto v = random_buffer(*dev, *s, *ref, n, DType::kBF16, 3);
-      auto o = dev->alloc(n * 2);
-      const double flops = 4.0 * B * H * S * S * D;
-      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-      const std::string shape = "B1 H6 S16384 D128 bf16";
-      setenv("ULYSSES_ATTENTION", "cudnn", 1);
-      auto cudnn = make_cuda_kernels();
-      unsetenv("ULYSSES_ATTENTION");
-      const double ms_c = time_ms(*dev, *s, 3, 20, [&] {
-        cudnn->attention(*s, q.get(), k.get(), v.get(), o.get(), B, S, H, D, DType::kBF16, scale);
-      });
-      rows.push_back({"attention (ULYSSES_ATTENTION=cudnn)", shape, ms_c, flops / ms_c * 1e-9, "TFLOP/s",
-                      cuda_attention_path(*cudnn)});
-      const double ms_r = time_ms(*dev, *s, 1, 3, [&] {
-        ref->attention(*s, q.get(), k.get(), v.get(), o.get(), B, S, H, D, DType::kBF16, scale);
-      });
-      rows.push_back({"attention (reference kernel)", shape, ms_r, flops / ms_r * 1e-9, "TFLOP/s",
-                      cuda_attention_path(*ref)});
-    }
     auto kern = make_cuda_kernels();
-    {  // fused norm + RoPE on Q and K of a fused QKV projection, Flux-sized
-      const int64_t M = 16384 + 512;
-      const int H = 24, D = 128;
-      auto qkv = random_buffer(*dev, *s, *kern, M * 3 * H * D, DType::kBF16, 4);
-      std::vector<float> g(D, 1.0f);
-      auto gamma = dev->alloc(D * 4);
-      dev->copy_to_device(gamma.get(), g.data(), D * 4);
-      NormRopeParams p;
-      p.norm = NormKind::kRmsPerHead;
-      p.rope = RopeKind::k1D;
-      p.gamma = gamma.as<float>();
-      auto run = [&] {
-        for (int j = 0; j < 2; ++j) {
-          QkView v;
-          v.data = qkv.as<uint16_t>() + j * H * D;
-          v.row_pitch = 3 * H * D;
-          v.batch = 1;
-          v.tokens_per_batch = M;
-          v.heads = H;
-          v.head_dim = D;
-          kern->norm_rope(*s, v, DType::kBF16, p);
-        }
-      };
-      const double ms = time_ms(*dev, *s, 3, 20, run);
-      const double bytes = 2.0 * 2.0 * M * H * D * 2;  // Q and K, read + write
-      rows.push_back({"norm+RoPE (RMS per head, Q and K)", "M16896 H24 D128 bf16 fused view", ms,
-                      bytes / ms * 1e-9, "TB/s", "bytes = read+write of Q and K"});
-    }
-    {  // the QKV projection GEMM
-      const int64_t M = 16384, K = 3072, N = 9216;
-      auto a = random_buffer(*dev, *s, *kern, M * K, DType::kBF16, 5);
-      auto w = random_buffer(*dev, *s, *kern, K * N, DType::kBF16, 6);
-      auto out = dev->alloc(M * N * 2);
-      const double ms = time_ms(*dev, *s, 3, 20, [&] {
-        kern->gemm(*s, a.get(), K, w.get(), out.get(), N, M, N, K, DType::kBF16, DType::kBF16);
-      });
-      rows.push_back({"gemm (cuBLASLt)", "M16384 K3072 N9216 bf16", ms, 2.0 * M * N * K / ms * 1e-9, "TFLOP/s", ""});
-    }
-    {  // the strided V view of a fused QKV buffer, copied by the copy engine
-      const int64_t S = 65536;
-      const int H = 24, D = 128;
-      const size_t row_bytes = static_cast<size_t>(H) * D * 2;
-      auto qkv = dev->alloc(S * 3 * row_bytes);
-      auto dst = dev->alloc(S * row_bytes);
-      for (int slices : {1, 4}) {
-        const size_t w = row_bytes / slices;
-        const double ms = time_ms(*dev, *s, 3, 20, [&] {
-          for (int j = 0; j < slices; ++j) {
-            dev->copy_2d(*s, dst.as<unsigned char>() + j * S * w, w, qkv.as<unsigned char>() + 2 * row_bytes + j * w,
-                         3 * row_bytes, w, S);
-          }
-        });
-        rows.push_back({"cudaMemcpy2DAsync strided V view", "S65536 24x128 bf16, " + std::to_string(slices) +
-                            " head slice" + (slices > 1 ? "s" : ""),
-                        ms, 2.0 * S * row_bytes / ms * 1e-9, "TB/s", "bytes = read+write"});
-      }
-    }
-    peer_rows(rows);
-    std::printf("\n%-38s | %-34s | %9s | %9s %-7s | %s\n", "kernel", "shape", "ms", "rate", "", "note");
-    std::printf("%s\n", std::string(130, '-').c_str());
+    std::vector<Row> rows;
+    const double bound = copy_bound_tbs(*dev, *s, rows);
+    if (want("attention")) attention_rows(*dev, *s, rows);
+    if (want("norm")) norm_rope_rows(*dev, *s, *kern, bound, rows);
+    if (want("gemm")) gemm_rows(*dev, *s, *kern, rows);
+    if (want("copies")) copy_rows(*dev, *s, bound, rows);
+    if (want("where")) where_rows(*dev, rows);
+    if (want("latency")) latency_rows(*dev, rows);
+    if (want("peer")) peer_rows(rows);
+    std::printf("\n%-10s | %-60s | %-34s | %9s | %9s %-8s | %6s | %s\n", "section", "what", "shape", "ms", "rate", "",
+                "bound", "note");
+    std::printf("%s\n", std::string(170, '-').c_str());
     for (const auto& r : rows) {
-      std::printf("%-38s | %-34s | %9.3f | %9.2f %-7s | %s\n", r.what.c_str(), r.shape.c_str(), r.ms, r.rate, r.unit,
-                  r.note.c_str());
+      char ob[16] = "";
+      if (!std::isnan(r.of_bound)) std::snprintf(ob, sizeof(ob), "%5.1f%%", 100.0 * r.of_bound);
+      std::printf("%-10s | %-60s | %-34s | %9.4f | %9.3f %-8s | %6s | %s\n", r.section.c_str(), r.what.c_str(),
+                  r.shape.c_str(), r.ms, r.rate, r.unit.c_str(), ob, r.note.c_str());
     }
     std::printf("device: %s\n", dev->name().c_str());
+    if (!out_path.empty()) write_h5(out_path, rows, dev->name());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_kernels: %s\n", e.what());

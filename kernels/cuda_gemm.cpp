@@ -53,7 +53,7 @@ struct Plan {
   }
 };
 
-using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, int, uint32_t, uint32_t, uint32_t>;
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, uint32_t, uint32_t, uint32_t>;
 
 }  // namespace
 
@@ -72,7 +72,7 @@ struct CublasLtGemm::Impl {
     if (handle) cublasLtDestroy(handle);
   }
 
-  Plan& plan(const PlanKey& key, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldo, DType dtype,
+  Plan& plan(const PlanKey& key, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldw, int64_t ldo, DType dtype,
              DType out_dtype, uint32_t al_in, uint32_t al_w, uint32_t al_out) {
     auto it = plans.find(key);
     if (it != plans.end()) return *it->second;
@@ -83,8 +83,8 @@ struct CublasLtGemm::Impl {
     cublasOperation_t nt = CUBLAS_OP_N;
     UIPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &nt, sizeof(nt)));
     UIPC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof(nt)));
-    // Column-major view: A = w^T (N x K, ld N), B = in^T (K x M, ld lda), C = out^T (N x M, ld ldo).
-    UIPC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, cuda_type(dtype), N, K, N));
+    // Column-major view: A = w^T (N x K, ld ldw), B = in^T (K x M, ld lda), C = out^T (N x M, ld ldo).
+    UIPC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, cuda_type(dtype), N, K, ldw));
     UIPC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, cuda_type(dtype), K, M, lda));
     UIPC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, cuda_type(out_dtype), N, M, ldo));
 
@@ -118,11 +118,11 @@ CublasLtGemm::CublasLtGemm() : impl_(std::make_unique<Impl>()) {
 
 CublasLtGemm::~CublasLtGemm() = default;
 
-void CublasLtGemm::run(cudaStream_t s, const void* in, int64_t lda, const void* w, void* out, int64_t ldo, int64_t M,
-                       int64_t N, int64_t K, DType dtype, DType out_dtype) {
+void CublasLtGemm::run(cudaStream_t s, const void* in, int64_t lda, const void* w, int64_t ldw, void* out, int64_t ldo,
+                       int64_t M, int64_t N, int64_t K, DType dtype, DType out_dtype) {
   if (M == 0 || N == 0) return;
   UIPC_CHECK(K > 0, "gemm with K = 0");
-  UIPC_CHECK(lda >= K && ldo >= N, "gemm leading dimensions smaller than the rows");
+  UIPC_CHECK(lda >= K && ldo >= N && ldw >= N, "gemm leading dimensions smaller than the rows");
   std::lock_guard<std::mutex> lock(impl_->m);
   // cuBLASLt writes fp32 or the input type only (fp32 x fp32 -> bf16 and fp16 x fp16
   // -> bf16 have no kernels): those products go through an fp32 scratch and are rounded
@@ -144,8 +144,8 @@ void CublasLtGemm::run(cudaStream_t s, const void* in, int64_t lda, const void* 
     t_dtype = DType::kFP32;
   }
   const uint32_t al_in = alignment_of(in), al_w = alignment_of(w), al_out = alignment_of(target);
-  const PlanKey key{M, N, K, lda, ld_target, static_cast<int>(dtype), static_cast<int>(t_dtype), al_in, al_w, al_out};
-  Plan& p = impl_->plan(key, M, N, K, lda, ld_target, dtype, t_dtype, al_in, al_w, al_out);
+  const PlanKey key{M, N, K, lda, ldw, ld_target, static_cast<int>(dtype), static_cast<int>(t_dtype), al_in, al_w, al_out};
+  Plan& p = impl_->plan(key, M, N, K, lda, ldw, ld_target, dtype, t_dtype, al_in, al_w, al_out);
   const float alpha = 1.0f, beta = 0.0f;
   UIPC_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, p.op, &alpha, w, p.a, in, p.b, &beta, target, p.c, target, p.c,
                                    &p.algo, impl_->workspace, kWorkspaceBytes, s));

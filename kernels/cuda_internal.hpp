@@ -15,7 +15,11 @@
 namespace uipc {
 
 // kernels/cuda_kernels.cu
-void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p);
+// Which norm+RoPE kernel: the vector kernel where the view allows it, else the general
+// one (kAuto, what the layer uses); or one of them by force (benchmarks and tests).
+enum class NormRopeKernel { kAuto, kVector, kGeneral };
+void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p,
+                      NormRopeKernel which = NormRopeKernel::kAuto);
 void launch_attention_reference(cudaStream_t s, const void* q, const void* k, const void* v, void* o, int64_t batch,
                                 int64_t seq, int heads, int head_dim, DType dtype, float scale);
 void launch_convert_from_f32(cudaStream_t s, const float* in, void* out, int64_t n, DType dtype);
@@ -23,16 +27,16 @@ void launch_convert_from_f32(cudaStream_t s, const float* in, void* out, int64_t
 void launch_convert_from_f32_2d(cudaStream_t s, const float* in, int64_t ld_in, void* out, int64_t ld_out, int64_t rows,
                                 int64_t cols, DType dtype);
 
-// kernels/cuda_gemm.cpp: out (row-major M x N, ldo) = in (M x K, lda) * w (K x N), fp32
-// accumulation, through cuBLASLt.
+// kernels/cuda_gemm.cpp: out (row-major M x N, ldo) = in (M x K, lda) * w (K x N, ldw),
+// fp32 accumulation, through cuBLASLt.
 class CublasLtGemm {
  public:
   CublasLtGemm();
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
-  void run(cudaStream_t s, const void* in, int64_t lda, const void* w, void* out, int64_t ldo, int64_t M, int64_t N,
-           int64_t K, DType dtype, DType out_dtype);
+  void run(cudaStream_t s, const void* in, int64_t lda, const void* w, int64_t ldw, void* out, int64_t ldo, int64_t M,
+           int64_t N, int64_t K, DType dtype, DType out_dtype);
 
  private:
   struct Impl;

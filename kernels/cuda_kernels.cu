@@ -38,6 +38,25 @@ __device__ __forceinline__ float warp_max(float v) {
 
 // ------------------------------------------------------------------ norm + RoPE
 
+// Where element 0 of head h of view row `row` is read from and written to: in place, or,
+// for the heads of x.out, in the final-layout target.
+struct RowPlace {
+  int64_t row_pitch, tokens_per_batch;
+  int head_dim;
+  int out_begin, out_count;
+  int64_t out_row_pitch, out_batch_pitch;
+};
+
+template <typename T>
+__device__ __forceinline__ T* head_dst(T* x_row, T* out, const RowPlace& pl, int64_t row, int h) {
+  if (out != nullptr && h >= pl.out_begin && h < pl.out_begin + pl.out_count) {
+    const int64_t b = row / pl.tokens_per_batch, t = row - b * pl.tokens_per_batch;
+    return out + b * pl.out_batch_pitch + t * pl.out_row_pitch + static_cast<int64_t>(h - pl.out_begin) * pl.head_dim;
+  }
+  return x_row + static_cast<int64_t>(h) * pl.head_dim;
+}
+
+// --- the general kernel (any head_dim, any alignment): one block per token row.
 constexpr int kNormThreads = 128;
 constexpr int kMaxPairsPerLane = 8;  // head_dim <= 2 * 32 * 8 = 512
 
@@ -46,28 +65,28 @@ struct alignas(2 * sizeof(T)) Pair {
   T a, b;
 };
 
-// One block per token row. The RoPE cos/sin of the row's position are computed once
-// into shared memory (they are the same for every head); each warp then takes whole
-// heads, keeps a head in registers, normalizes it and rotates it, and stores it once.
-// kPaired: two neighbouring elements are loaded and stored as one (row, pitch and
-// head_dim allow it), which halves the memory instructions.
+// The RoPE cos/sin of the row's position are computed once into shared memory (they are
+// the same for every head); each warp then takes whole heads, keeps a head in
+// registers, normalizes it and rotates it, and stores it once. kPaired: two neighbouring
+// elements are loaded and stored as one (row, pitch and head_dim allow it).
 template <typename T, bool kPaired, int kPPL>
-__global__ void __launch_bounds__(kNormThreads) norm_rope_kernel(T* __restrict__ data, int64_t row_pitch,
-                                                                  int64_t tokens_per_batch, int64_t pos_offset,
-                                                                  int heads, int D, int norm, int rope, float eps,
-                                                                  float theta, const float* __restrict__ gamma,
+__global__ void __launch_bounds__(kNormThreads) norm_rope_kernel(T* __restrict__ data, T* __restrict__ out,
+                                                                  RowPlace pl, int64_t pos_offset, int heads,
+                                                                  int norm, int rope, float eps, float theta,
+                                                                  const float* __restrict__ gamma,
                                                                   const float* __restrict__ beta) {
   extern __shared__ float shared[];
+  const int D = pl.head_dim;
   const int half = D / 2;
   float* cos_t = shared;
   float* sin_t = shared + half;
   float* red = shared + 2 * half;  // 32 floats for the block reduction
   const int64_t row = blockIdx.x;
-  T* x = data + row * row_pitch;
+  T* x = data + row * pl.row_pitch;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
 
   if (rope) {
-    const float pos = static_cast<float>(pos_offset + row % tokens_per_batch);
+    const float pos = static_cast<float>(pos_offset + row % pl.tokens_per_batch);
     for (int i = tid; i < half; i += blockDim.x) {
       const float th = powf(theta, -(2.0f * static_cast<float>(i)) / static_cast<float>(D));
       sincosf(pos * th, &sin_t[i], &cos_t[i]);
@@ -120,7 +139,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_rope_kernel(T* __restrict__
     for (int hh = 0; hh < kHU; ++hh) {
       const int h = hb + hh;
       if (h >= heads) break;  // uniform across the warp
-      T* xh = x + static_cast<int64_t>(h) * D;
+      T* xh = head_dst(x, out, pl, row, h);
       float(&v0)[kPPL] = v0s[hh];
       float(&v1)[kPPL] = v1s[hh];
       if (norm == static_cast<int>(NormKind::kRmsPerHead)) {
@@ -201,32 +220,280 @@ __global__ void __launch_bounds__(kNormThreads) norm_rope_kernel(T* __restrict__
   }
 }
 
+// --- the vector kernel (head_dim a multiple of 16 bytes' worth of elements, rows and
+// targets 16-byte aligned): one warp per token row, 16-byte loads and stores.
+//
+// A row's heads are split into 16-byte chunks of kVE elements; G lanes (a power of two,
+// <= 32) share a head, lane l owning chunk l % G (and l % G + 32 for head_dim > 32
+// chunks), so a warp covers 32 / G heads per pass and walks the row's heads in passes.
+// A lane always owns the same pairs of every head: it computes their RoPE angles and
+// cos/sin once per row, not once per head (sincosf is the costliest thing here), and
+// its norm weights once per kernel. Up to kNB passes are loaded before any is used, so
+// that several KB per warp are in flight: the kernel is bound by bytes in flight.
+// Across-heads RMS needs the whole row first: held in registers when it fits in kNB
+// passes, else summed in a first pass and re-read (from L2) in a second.
+constexpr int kRowWarps = 4;  // rows per block
+
+template <typename T>
+struct Vec {
+  static constexpr int kVE = 16 / sizeof(T);  // elements per 16-byte chunk
+  uint4 raw;
+  __device__ __forceinline__ void to_floats(float (&f)[kVE]) const {
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kVE; ++i) f[i] = to_float(e[i]);
+  }
+  __device__ __forceinline__ void from_floats(const float (&f)[kVE]) {
+    T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kVE; ++i) e[i] = from_float<T>(f[i]);
+  }
+};
+
+__device__ __forceinline__ float group_sum(float v, int G) {
+  for (int o = G >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <typename T, int kCPL, int kNB>
+__global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __restrict__ data, T* __restrict__ out,
+                                                                         RowPlace pl, int64_t rows, int64_t pos_offset,
+                                                                         int heads, int G, int norm, int rope,
+                                                                         float eps, float theta,
+                                                                         const float* __restrict__ gamma,
+                                                                         const float* __restrict__ beta) {
+  using V = Vec<T>;
+  constexpr int kVE = V::kVE;
+  constexpr int kPairs = kVE / 2;
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;  // whole warps leave together
+  const int D = pl.head_dim;
+  const int chunks = D / kVE;  // per head
+  const int hpw = 32 / G;      // heads per pass
+  const int passes = (heads + hpw - 1) / hpw;
+  const int cl = lane % G, hw = lane / G;
+  T* x = data + row * pl.row_pitch;
+
+  // This lane's chunks and their pairs' RoPE cos/sin at this row's position.
+  bool has[kCPL];
+  float cs[kCPL][kPairs], sn[kCPL][kPairs];
+#pragma unroll
+  for (int j = 0; j < kCPL; ++j) {
+    const int c = cl + G * j;
+    has[j] = c < chunks;
+    if (rope && has[j]) {
+      const float pos = static_cast<float>(pos_offset + row % pl.tokens_per_batch);
+#pragma unroll
+      for (int q = 0; q < kPairs; ++q) {
+        const int i = c * kPairs + q;  // pair index within the head
+        const float th = powf(theta, -(2.0f * static_cast<float>(i)) / static_cast<float>(D));
+        sincosf(pos * th, &sn[j][q], &cs[j][q]);
+      }
+    }
+  }
+
+  auto head_of = [&](int p) { return p * hpw + hw; };
+  auto load = [&](int p, V (&v)[kCPL]) {
+    const int h = head_of(p);
+#pragma unroll
+    for (int j = 0; j < kCPL; ++j) {
+      v[j].raw = make_uint4(0, 0, 0, 0);
+      if (h < heads && has[j])
+        v[j].raw = __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(h) * D + (cl + G * j) * kVE));
+    }
+  };
+  // Normalises (given the group's statistics), rotates and stores one pass's chunks.
+  auto finish = [&](int p, V (&v)[kCPL], float mu, float rinv) {
+    const int h = head_of(p);
+    if (h >= heads) return;
+    T* dst = head_dst(x, out, pl, row, h);
+    const float* g = norm == static_cast<int>(NormKind::kRmsAcrossHeads) ? gamma + static_cast<int64_t>(h) * D : gamma;
+#pragma unroll
+    for (int j = 0; j < kCPL; ++j) {
+      if (!has[j]) continue;
+      const int e0 = (cl + G * j) * kVE;
+      float f[kVE];
+      v[j].to_floats(f);
+      if (norm != static_cast<int>(NormKind::kNone)) {
+#pragma unroll
+        for (int i = 0; i < kVE; ++i) {
+          f[i] = (f[i] - mu) * rinv * __ldg(g + e0 + i);
+          if (norm == static_cast<int>(NormKind::kLayerPerHead)) f[i] += __ldg(beta + e0 + i);
+        }
+      }
+      if (rope) {
+#pragma unroll
+        for (int q = 0; q < kPairs; ++q) {
+          const float a = f[2 * q], b = f[2 * q + 1];
+          f[2 * q] = a * cs[j][q] - b * sn[j][q];
+          f[2 * q + 1] = a * sn[j][q] + b * cs[j][q];
+        }
+      }
+      v[j].from_floats(f);
+      *reinterpret_cast<uint4*>(dst + e0) = v[j].raw;
+    }
+  };
+  auto sums = [&](V (&v)[kCPL], float& s1, float& s2) {
+#pragma unroll
+    for (int j = 0; j < kCPL; ++j) {
+      float f[kVE];
+      v[j].to_floats(f);
+#pragma unroll
+      for (int i = 0; i < kVE; ++i) {
+        s1 += f[i];
+        s2 += f[i] * f[i];
+      }
+    }
+  };
+
+  if (norm == static_cast<int>(NormKind::kRmsAcrossHeads)) {
+    const float n = static_cast<float>(heads) * static_cast<float>(D);
+    if (passes <= kNB) {
+      V v[kNB][kCPL];
+#pragma unroll
+      for (int p = 0; p < kNB; ++p)
+        if (p < passes) load(p, v[p]);
+      float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+      for (int p = 0; p < kNB; ++p)
+        if (p < passes) sums(v[p], s1, s2);
+      const float rinv = 1.0f / sqrtf(warp_sum(s2) / n + eps);
+#pragma unroll
+      for (int p = 0; p < kNB; ++p)
+        if (p < passes) finish(p, v[p], 0.0f, rinv);
+    } else {
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int p0 = 0; p0 < passes; p0 += kNB) {
+        V v[kNB][kCPL];
+#pragma unroll
+        for (int p = 0; p < kNB; ++p)
+          if (p0 + p < passes) load(p0 + p, v[p]);
+#pragma unroll
+        for (int p = 0; p < kNB; ++p)
+          if (p0 + p < passes) sums(v[p], s1, s2);
+      }
+      const float rinv = 1.0f / sqrtf(warp_sum(s2) / n + eps);
+      for (int p0 = 0; p0 < passes; p0 += kNB) {
+        V v[kNB][kCPL];
+#pragma unroll
+        for (int p = 0; p < kNB; ++p)
+          if (p0 + p < passes) load(p0 + p, v[p]);
+#pragma unroll
+        for (int p = 0; p < kNB; ++p)
+          if (p0 + p < passes) finish(p0 + p, v[p], 0.0f, rinv);
+      }
+    }
+    return;
+  }
+  // Per head (or no norm): each head's G lanes reduce among themselves.
+  const float n = static_cast<float>(D);
+  for (int p0 = 0; p0 < passes; p0 += kNB) {
+    V v[kNB][kCPL];
+#pragma unroll
+    for (int p = 0; p < kNB; ++p)
+      if (p0 + p < passes) load(p0 + p, v[p]);
+#pragma unroll
+    for (int p = 0; p < kNB; ++p) {
+      if (p0 + p >= passes) break;  // uniform across the warp
+      float mu = 0.0f, rinv = 1.0f;
+      if (norm == static_cast<int>(NormKind::kRmsPerHead)) {
+        float s1 = 0.0f, s2 = 0.0f;
+        sums(v[p], s1, s2);
+        rinv = 1.0f / sqrtf(group_sum(s2, G) / n + eps);
+      } else if (norm == static_cast<int>(NormKind::kLayerPerHead)) {
+        float s1 = 0.0f, s2 = 0.0f;
+        sums(v[p], s1, s2);
+        mu = group_sum(s1, G) / n;
+        // var = mean((x - mu)^2), from the values again (not E[x^2] - mu^2: cancellation).
+        float sq = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kCPL; ++j) {
+          if (!has[j]) continue;
+          float f[kVE];
+          v[p][j].to_floats(f);
+#pragma unroll
+          for (int i = 0; i < kVE; ++i) sq += (f[i] - mu) * (f[i] - mu);
+        }
+        rinv = 1.0f / sqrtf(group_sum(sq, G) / n + eps);
+      }
+      finish(p0 + p, v[p], mu, rinv);
+    }
+  }
+}
+
 template <typename T, bool kPaired, int kPPL>
-void norm_rope_launch(cudaStream_t s, T* data, const QkView& x, const NormRopeParams& p, size_t shmem) {
+void norm_rope_launch(cudaStream_t s, T* data, T* out, const RowPlace& pl, const QkView& x, const NormRopeParams& p,
+                      size_t shmem) {
   norm_rope_kernel<T, kPaired, kPPL><<<static_cast<unsigned>(x.batch * x.tokens_per_batch), kNormThreads, shmem, s>>>(
-      data, x.row_pitch, x.tokens_per_batch, x.pos_offset, x.heads, x.head_dim, static_cast<int>(p.norm),
-      static_cast<int>(p.rope), p.eps, p.rope_theta, p.gamma, p.beta);
+      data, out, pl, x.pos_offset, x.heads, static_cast<int>(p.norm), static_cast<int>(p.rope), p.eps, p.rope_theta,
+      p.gamma, p.beta);
+}
+
+template <typename T, int kCPL, int kNB>
+void norm_rope_rows_launch(cudaStream_t s, T* data, T* out, const RowPlace& pl, const QkView& x,
+                           const NormRopeParams& p, int G) {
+  const int64_t rows = x.batch * x.tokens_per_batch;
+  const unsigned blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
+  norm_rope_rows_kernel<T, kCPL, kNB><<<blocks, kRowWarps * 32, 0, s>>>(
+      data, out, pl, rows, x.pos_offset, x.heads, G, static_cast<int>(p.norm), static_cast<int>(p.rope), p.eps,
+      p.rope_theta, p.gamma, p.beta);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Which kernel serves a view: the vector kernel where its 16-byte accesses are legal.
+template <typename T>
+bool vector_kernel_fits(const QkView& x) {
+  constexpr int kVE = 16 / sizeof(T);
+  const HeadSliceOut& o = x.out;
+  return x.head_dim % kVE == 0 && x.head_dim / kVE <= 64 && x.row_pitch % kVE == 0 && aligned16(x.data) &&
+         (o.data == nullptr || (aligned16(o.data) && o.row_pitch % kVE == 0 && o.batch_pitch % kVE == 0));
 }
 
 template <typename T>
-void norm_rope_typed(cudaStream_t s, const QkView& x, const NormRopeParams& p) {
+void norm_rope_typed(cudaStream_t s, const QkView& x, const NormRopeParams& p, NormRopeKernel which) {
   const int64_t rows = x.batch * x.tokens_per_batch;
   if (rows == 0 || x.heads == 0) return;
-  const bool paired = x.head_dim % 2 == 0 && x.row_pitch % 2 == 0 &&
-                      reinterpret_cast<uintptr_t>(x.data) % (2 * sizeof(T)) == 0;
-  const size_t shmem = (2 * (x.head_dim / 2) + 32) * sizeof(float);
   auto* data = static_cast<T*>(x.data);
+  auto* out = static_cast<T*>(x.out.data);
+  const RowPlace pl{x.row_pitch,    x.tokens_per_batch, x.head_dim, x.out.head_begin, x.out.head_count,
+                    x.out.row_pitch, x.out.batch_pitch};
   const int D = x.head_dim;
+  if (which != NormRopeKernel::kGeneral && vector_kernel_fits<T>(x)) {
+    constexpr int kVE = 16 / sizeof(T);
+    const int chunks = D / kVE;
+    int G = 1;
+    while (G < chunks && G < 32) G *= 2;
+    const int passes = (x.heads + 32 / G - 1) / (32 / G);
+    const bool across = p.norm == NormKind::kRmsAcrossHeads;
+    if (chunks > 32) {
+      norm_rope_rows_launch<T, 2, 4>(s, data, out, pl, x, p, G);
+    } else if (across && passes > 8 && passes <= 24) {
+      norm_rope_rows_launch<T, 1, 24>(s, data, out, pl, x, p, G);  // the whole row in registers
+    } else {
+      norm_rope_rows_launch<T, 1, 8>(s, data, out, pl, x, p, G);
+    }
+    UIPC_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  UIPC_CHECK(which != NormRopeKernel::kVector, "the vector norm+RoPE kernel cannot serve this view (head_dim " +
+                                                   std::to_string(D) + ", alignment or pitch)");
+  const bool paired = x.head_dim % 2 == 0 && x.row_pitch % 2 == 0 &&
+                      reinterpret_cast<uintptr_t>(x.data) % (2 * sizeof(T)) == 0 &&
+                      (out == nullptr || (reinterpret_cast<uintptr_t>(out) % (2 * sizeof(T)) == 0 &&
+                                          x.out.row_pitch % 2 == 0 && x.out.batch_pitch % 2 == 0));
+  const size_t shmem = (2 * (x.head_dim / 2) + 32) * sizeof(float);
   if (paired) {
-    if (D <= 64) norm_rope_launch<T, true, 1>(s, data, x, p, shmem);
-    else if (D <= 128) norm_rope_launch<T, true, 2>(s, data, x, p, shmem);
-    else if (D <= 256) norm_rope_launch<T, true, 4>(s, data, x, p, shmem);
-    else norm_rope_launch<T, true, 8>(s, data, x, p, shmem);
+    if (D <= 64) norm_rope_launch<T, true, 1>(s, data, out, pl, x, p, shmem);
+    else if (D <= 128) norm_rope_launch<T, true, 2>(s, data, out, pl, x, p, shmem);
+    else if (D <= 256) norm_rope_launch<T, true, 4>(s, data, out, pl, x, p, shmem);
+    else norm_rope_launch<T, true, 8>(s, data, out, pl, x, p, shmem);
   } else {
-    if (D <= 64) norm_rope_launch<T, false, 1>(s, data, x, p, shmem);
-    else if (D <= 128) norm_rope_launch<T, false, 2>(s, data, x, p, shmem);
-    else if (D <= 256) norm_rope_launch<T, false, 4>(s, data, x, p, shmem);
-    else norm_rope_launch<T, false, 8>(s, data, x, p, shmem);
+    if (D <= 64) norm_rope_launch<T, false, 1>(s, data, out, pl, x, p, shmem);
+    else if (D <= 128) norm_rope_launch<T, false, 2>(s, data, out, pl, x, p, shmem);
+    else if (D <= 256) norm_rope_launch<T, false, 4>(s, data, out, pl, x, p, shmem);
+    else norm_rope_launch<T, false, 8>(s, data, out, pl, x, p, shmem);
   }
   UIPC_CUDA_CHECK(cudaGetLastError());
 }
@@ -357,18 +624,24 @@ __global__ void convert_2d_kernel(const float* __restrict__ in, int64_t ld_in, T
 
 }  // namespace
 
-void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p) {
+void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p, NormRopeKernel which) {
   UIPC_CHECK(x.head_dim > 0 && x.head_dim <= 2 * 32 * kMaxPairsPerLane,
              "CUDA norm_rope supports head_dim 1.." + std::to_string(2 * 32 * kMaxPairsPerLane) + ", not " +
                  std::to_string(x.head_dim));
   UIPC_CHECK(p.rope == RopeKind::kNone || x.head_dim % 2 == 0, "RoPE needs an even head_dim");
   UIPC_CHECK(p.norm == NormKind::kNone || p.gamma != nullptr, "norm without gamma");
   UIPC_CHECK(p.norm != NormKind::kLayerPerHead || p.beta != nullptr, "LayerNorm without beta");
-  if (p.norm == NormKind::kNone && p.rope == RopeKind::kNone) return;
+  const HeadSliceOut& o = x.out;
+  UIPC_CHECK(o.data == nullptr || (o.head_begin >= 0 && o.head_count >= 0 && o.head_begin + o.head_count <= x.heads),
+             "norm_rope: output head slice outside the view's heads");
+  if (p.norm == NormKind::kNone && p.rope == RopeKind::kNone) {
+    UIPC_CHECK(o.data == nullptr || o.head_count == 0, "norm_rope with neither norm nor RoPE cannot move heads");
+    return;
+  }
   switch (dtype) {
-    case DType::kBF16: norm_rope_typed<__nv_bfloat16>(s, x, p); break;
-    case DType::kFP16: norm_rope_typed<__half>(s, x, p); break;
-    default: norm_rope_typed<float>(s, x, p); break;
+    case DType::kBF16: norm_rope_typed<__nv_bfloat16>(s, x, p, which); break;
+    case DType::kFP16: norm_rope_typed<__half>(s, x, p, which); break;
+    default: norm_rope_typed<float>(s, x, p, which); break;
   }
 }
 

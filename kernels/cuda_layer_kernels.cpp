@@ -33,10 +33,10 @@ class CudaKernels : public LayerKernels {
  public:
   CudaKernels() : want_cudnn_(attention_wants_cudnn()) {}
 
-  void gemm(Stream& s, const void* in, int64_t lda, const void* w, void* out, int64_t ldo, int64_t M, int64_t N,
-            int64_t K, DType dtype, DType out_dtype) override {
+  void gemm(Stream& s, const void* in, int64_t lda, const void* w, int64_t ldw, void* out, int64_t ldo, int64_t M,
+            int64_t N, int64_t K, DType dtype, DType out_dtype) override {
     if (!gemm_) gemm_ = std::make_unique<CublasLtGemm>();
-    gemm_->run(native(s), in, lda, w, out, ldo, M, N, K, dtype, out_dtype);
+    gemm_->run(native(s), in, lda, w, ldw, out, ldo, M, N, K, dtype, out_dtype);
   }
 
   void norm_rope(Stream& s, const QkView& x, DType dtype, const NormRopeParams& p) override {

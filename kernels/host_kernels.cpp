@@ -120,11 +120,12 @@ inline void gemm_tile(const float* __restrict a, const float* __restrict w, int6
 
 class HostKernels final : public LayerKernels {
  public:
-  void gemm(Stream& s, const void* in, int64_t lda, const void* w, void* out, int64_t ldo, int64_t M,
+  void gemm(Stream& s, const void* in, int64_t lda, const void* w, int64_t ldw, void* out, int64_t ldo, int64_t M,
             int64_t N, int64_t K, DType dtype, DType out_dtype) override {
     UIPC_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm sizes M x N x K = " + dims(M, N, K));
-    UIPC_CHECK(lda >= K && ldo >= N, "gemm leading dimensions lda=" + std::to_string(lda) +
-                                         " ldo=" + std::to_string(ldo) + " for M x N x K = " + dims(M, N, K));
+    UIPC_CHECK(lda >= K && ldo >= N && ldw >= N, "gemm leading dimensions lda=" + std::to_string(lda) +
+                                                     " ldw=" + std::to_string(ldw) + " ldo=" + std::to_string(ldo) +
+                                                     " for M x N x K = " + dims(M, N, K));
     if (M == 0 || N == 0) return;
     UIPC_CHECK(out != nullptr && (K == 0 || (in != nullptr && w != nullptr)), "gemm null pointer");
     host_stream(s).enqueue([=]() {
@@ -135,7 +136,7 @@ class HostKernels final : public LayerKernels {
       float* wp = w_pack.data();
       Kokkos::parallel_for("uipc::gemm_pack_w", Range(0, K), [=](int64_t k) {
         std::vector<float> row(static_cast<size_t>(panels * kNR), 0.0f);
-        load_row(dtype, w, k * N, N, row.data());
+        load_row(dtype, w, k * ldw, N, row.data());
         for (int64_t p = 0; p < panels; ++p)
           for (int64_t j = 0; j < kNR; ++j) wp[(p * K + k) * kNR + j] = row[static_cast<size_t>(p * kNR + j)];
       });
@@ -184,10 +185,16 @@ class HostKernels final : public LayerKernels {
     UIPC_CHECK(norm == NormKind::kNone || p.gamma != nullptr, "norm_rope: norm without gamma");
     UIPC_CHECK(norm != NormKind::kLayerPerHead || p.beta != nullptr, "norm_rope: LayerNorm without beta");
     const int64_t rows = x.batch * x.tokens_per_batch;
+    UIPC_CHECK(!(norm == NormKind::kNone && !rope) || x.out.data == nullptr || x.out.head_count == 0,
+               "norm_rope with neither norm nor RoPE cannot move heads");
     if (rows == 0 || width == 0 || (norm == NormKind::kNone && !rope)) return;
     UIPC_CHECK(x.data != nullptr, "norm_rope: null data");
 
     void* data = x.data;
+    const HeadSliceOut out = x.out;
+    UIPC_CHECK(out.data == nullptr ||
+                   (out.head_begin >= 0 && out.head_count >= 0 && out.head_begin + out.head_count <= heads),
+               "norm_rope: output head slice outside the view's heads");
     const int64_t pitch = x.row_pitch, tpb = x.tokens_per_batch, pos0 = x.pos_offset;
     const float eps = p.eps, rope_theta = p.rope_theta;
     const float* gamma = p.gamma;
@@ -262,8 +269,21 @@ class HostKernels final : public LayerKernels {
             }
           }
         }
-        // The one rounding to the dtype, after norm and RoPE.
-        store_row(dtype, data, m * pitch, width, xv);
+        // The one rounding to the dtype, after norm and RoPE; the heads of `out` go to
+        // their final-layout target instead of back in place.
+        if (out.data == nullptr) {
+          store_row(dtype, data, m * pitch, width, xv);
+        } else {
+          const int64_t b = m / tpb, t = m % tpb;
+          for (int64_t h = 0; h < heads; ++h) {
+            const bool moved = h >= out.head_begin && h < out.head_begin + out.head_count;
+            if (moved)
+              store_row(dtype, out.data, b * out.batch_pitch + t * out.row_pitch + (h - out.head_begin) * hd, hd,
+                        xv + h * hd);
+            else
+              store_row(dtype, data, m * pitch + h * hd, hd, xv + h * hd);
+          }
+        }
       });
       fence();
     });

@@ -25,6 +25,18 @@ enum class RopeKind : int { kNone = 0, k1D = 1 };
 // (b = m / tokens_per_batch, s = m % tokens_per_batch), at global sequence position
 // pos_offset + s. Rows are row_pitch elements apart (3*heads*head_dim inside a fused
 // QKV projection).
+// Heads [head_begin, head_begin + head_count) of every row written here instead of back
+// in place: a rank's own slice of the Ulysses scatter, straight into its final-layout
+// target, so that no separate copy of it remains. Row m = (b, s) of the view lands at
+// data + b*batch_pitch + s*row_pitch + (h - head_begin)*head_dim (elements).
+struct HeadSliceOut {
+  void* data = nullptr;  // nullptr: every head stays in place
+  int head_begin = 0;
+  int head_count = 0;
+  int64_t row_pitch = 0;
+  int64_t batch_pitch = 0;
+};
+
 struct QkView {
   void* data = nullptr;
   int64_t row_pitch = 0;
@@ -33,6 +45,7 @@ struct QkView {
   int64_t pos_offset = 0;
   int heads = 0;
   int head_dim = 0;
+  HeadSliceOut out;  // optional destination of some heads (see above)
 };
 
 struct NormRopeParams {
@@ -49,12 +62,14 @@ class LayerKernels {
   virtual ~LayerKernels() = default;
 
   // out[m, n] = sum_k in[m, k] * w[k, n] for m < M, n < N, k < K, accumulated in fp32.
-  // `in` rows are lda elements apart, `out` rows ldo; w is contiguous (K, N).
-  // in and w have type `dtype`; out has type `out_dtype`.
-  virtual void gemm(Stream& s, const void* in, int64_t lda, const void* w, void* out, int64_t ldo,
+  // `in` rows are lda elements apart, `w` rows ldw (N for a whole weight; more for a
+  // block of its columns), `out` rows ldo. in and w have type `dtype`; out has type
+  // `out_dtype`.
+  virtual void gemm(Stream& s, const void* in, int64_t lda, const void* w, int64_t ldw, void* out, int64_t ldo,
                     int64_t M, int64_t N, int64_t K, DType dtype, DType out_dtype) = 0;
 
-  // In place: Q/K norm (per p.norm), then RoPE (per p.rope), per row of x.
+  // In place: Q/K norm (per p.norm), then RoPE (per p.rope), per row of x; the heads of
+  // x.out (if any) are written there instead of back into x.
   virtual void norm_rope(Stream& s, const QkView& x, DType dtype, const NormRopeParams& p) = 0;
 
   // o = softmax(q k^T * scale) v per (batch, head), exact, fp32 accumulation.

@@ -75,16 +75,16 @@ void LayerPipeline::run_step(Step step, bool last_submit) {
   const DType t = c_.dtype;
   switch (step) {
     case Step::kProjectQkv:
-      kernels_.gemm(compute_, data_.x.get(), C, data_.w_qkv.get(), qkv_.get(), 3 * Ct, M, 3 * Ct, C, t, t);
+      kernels_.gemm(compute_, data_.x.get(), C, data_.w_qkv.get(), 3 * Ct, qkv_.get(), 3 * Ct, M, 3 * Ct, C, t, t);
       break;
     case Step::kProjectQ:
-      kernels_.gemm(compute_, data_.x.get(), C, data_.w_q.get(), q_.get(), Ct, M, Ct, C, t, t);
+      kernels_.gemm(compute_, data_.x.get(), C, data_.w_q.get(), Ct, q_.get(), Ct, M, Ct, C, t, t);
       break;
     case Step::kProjectK:
-      kernels_.gemm(compute_, data_.x.get(), C, data_.w_k.get(), k_.get(), Ct, M, Ct, C, t, t);
+      kernels_.gemm(compute_, data_.x.get(), C, data_.w_k.get(), Ct, k_.get(), Ct, M, Ct, C, t, t);
       break;
     case Step::kProjectV:
-      kernels_.gemm(compute_, data_.x.get(), C, data_.w_v.get(), v_.get(), Ct, M, Ct, C, t, t);
+      kernels_.gemm(compute_, data_.x.get(), C, data_.w_v.get(), Ct, v_.get(), Ct, M, Ct, C, t, t);
       break;
     case Step::kNormQ:
     case Step::kNormK: {
@@ -154,7 +154,7 @@ void LayerPipeline::enqueue_layer() {
   ev_gather_->record(compute_);
 
   set_activity("enqueueing the output projection");
-  kernels_.gemm(compute_, ex_o_->data(), Ct, data_.w_o.get(), out_f32_.get(), C, M, C, Ct, t, DType::kFP32);
+  kernels_.gemm(compute_, ex_o_->data(), Ct, data_.w_o.get(), C, out_f32_.get(), C, M, C, Ct, t, DType::kFP32);
   set_activity("in the TP all-reduce");
   if (l_.tp > 1) tp_coll_->all_reduce_sum_f32(compute_, out_f32_.as<float>(), static_cast<size_t>(M * C));
   kernels_.convert_from_f32(compute_, out_f32_.as<float>(), y_.get(), M * C, t);
@@ -211,7 +211,7 @@ std::vector<float> dense_reference(Device& dev, LayerKernels& kernels, const Cas
   const int64_t M = l.tokens_local(), C = l.width();
   const DType t = c.dtype;
   DeviceBuffer qkv = dev.alloc(bytes_of(M * 3 * C, t));
-  kernels.gemm(s, d.x.get(), C, d.w_qkv.get(), qkv.get(), 3 * C, M, 3 * C, C, t, t);
+  kernels.gemm(s, d.x.get(), C, d.w_qkv.get(), 3 * C, qkv.get(), 3 * C, M, 3 * C, C, t, t);
   if (c.qk_norm != NormKind::kNone || c.rope != RopeKind::kNone) {
     for (int j = 0; j < 2; ++j) {
       QkView v;
@@ -235,7 +235,7 @@ std::vector<float> dense_reference(Device& dev, LayerKernels& kernels, const Cas
   kernels.attention(s, qkv_sep[0].get(), qkv_sep[1].get(), qkv_sep[2].get(), o.get(), l.batch, l.seq, l.heads,
                     l.head_dim, t, 1.0f / std::sqrt(static_cast<float>(l.head_dim)));
   DeviceBuffer out = dev.alloc(bytes_of(M * C, DType::kFP32));
-  kernels.gemm(s, o.get(), C, d.w_o.get(), out.get(), C, M, C, C, t, DType::kFP32);
+  kernels.gemm(s, o.get(), C, d.w_o.get(), C, out.get(), C, M, C, C, t, DType::kFP32);
   DeviceBuffer y = dev.alloc(bytes_of(M * C, t));
   kernels.convert_from_f32(s, out.as<float>(), y.get(), M * C, t);
   s.synchronize();

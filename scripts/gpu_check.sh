@@ -120,7 +120,7 @@ if [ $built -eq 1 ] && want tests; then
   done
 fi
 if [ $built -eq 1 ] && want bench; then
-  run_step "bench_kernels" "$LOG/bench.log" 600 "$T/bench_kernels"
+  run_step "bench_kernels" "$LOG/bench.log" 600 "$T/bench_kernels" -o "$LOG/bench.h5"
 fi
 
 # --- compute-sanitizer over the GPU tests (memcheck, racecheck)
@@ -212,7 +212,7 @@ if [ $app_built -eq 1 ]; then
   # One GPU per rank: each transport's scatter against NCCL's under the same schedule
   # ("scatter x") and against the link bound, the bytes a rank sends over bench_kernels'
   # measured peer rate with both directions busy ("link bound").
-  LINK_GBS=$(grep -m1 "^peer 2D copy, both directions" "$LOG/bench.log" 2>/dev/null | awk -F'|' '{print $4}' | awk '{print $1}')
+  LINK_GBS=$(grep -m1 "peer 2D copy, both directions" "$LOG/bench.log" 2>/dev/null | awk -F'|' '{print $5}' | awk '{print $1}')
   "$PY" - "$LOG/reports" >"$LOG/app-table.txt" 2>&1 <<'PYEOF'
 import glob, sys
 import h5py, numpy as np
@@ -254,7 +254,7 @@ fi
   fi
   if [ -s "$LOG/bench.log" ]; then
     echo
-    grep -E "^(kernel|---|attention|norm|gemm|cudaMemcpy|peer|device)" "$LOG/bench.log"
+    sed -n '/^section /,/^device:/p' "$LOG/bench.log"
   fi
 } | tee "$LOG/summary.txt"
 if [ -n "${OUT:-}" ]; then

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -19,6 +20,7 @@
 
 #include "base/dtype.hpp"
 #include "comm/cuda_device.hpp"
+#include "kernels/cuda_internal.hpp"
 #include "kernels/cuda_kernels.hpp"
 
 namespace uipc {
@@ -96,15 +98,16 @@ class CudaKernelsTest : public ::testing::Test {
 
 TEST_F(CudaKernelsTest, GemmStridedAllTypes) {
   auto k = make_cuda_kernels();
-  const int64_t M = 77, N = 96, K = 130, lda = K + 8, ldo = 3 * N;  // strided in, fused-style out
+  // Strided in, fused-style out, and w a block of columns of a wider weight (ldw > N).
+  const int64_t M = 77, N = 96, K = 130, lda = K + 8, ldo = 3 * N, ldw = 2 * N + 8;
   for (DType dt : kAllTypes) {
     for (DType ot : {dt, DType::kFP32, DType::kBF16}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " -> " + dtype_name(ot));
-      HostTensor a(dt, M * lda), w(dt, K * N), out(ot, M * ldo);
+      HostTensor a(dt, M * lda), w(dt, K * ldw), out(ot, M * ldo);
       fill(a, -1, 1);
       fill(w, -1, 1);
       auto da = upload(a), dw = upload(w), dout = upload(out);  // out: all 0xFF
-      ASSERT_NO_THROW(k->gemm(*stream_, da.get(), lda, dw.get(), dout.get(), ldo, M, N, K, dt, ot));
+      ASSERT_NO_THROW(k->gemm(*stream_, da.get(), lda, dw.get(), ldw, dout.get(), ldo, M, N, K, dt, ot));
       stream_->synchronize();
       HostTensor got(ot, M * ldo);
       download(got, dout);
@@ -120,7 +123,7 @@ TEST_F(CudaKernelsTest, GemmStridedAllTypes) {
           }
           double ref = 0, mag = 0;
           for (int64_t kk = 0; kk < K; ++kk) {
-            const double p = static_cast<double>(a.get(m * lda + kk)) * w.get(kk * N + n);
+            const double p = static_cast<double>(a.get(m * lda + kk)) * w.get(kk * ldw + n);
             ref += p;
             mag += std::fabs(p);
           }
@@ -173,70 +176,184 @@ void norm_rope_ref(std::vector<double>& x, int heads, int D, int64_t pos, NormKi
   }
 }
 
-TEST_F(CudaKernelsTest, NormRopeAllKindsOnFusedView) {
-  auto k = make_cuda_kernels();
-  const NormKind kinds[] = {NormKind::kNone, NormKind::kRmsPerHead, NormKind::kRmsAcrossHeads,
-                            NormKind::kLayerPerHead};
-  for (int D : {64, 72, 128}) {
-    const int64_t B = 2, S = 37, pos0 = 100;
-    const int H = 5;
-    const int64_t pitch = 3 * H * D;
-    for (DType dt : kAllTypes) {
-      for (NormKind nk : kinds) {
-        for (bool rope : {true, false}) {
-          if (nk == NormKind::kNone && !rope) continue;
-          SCOPED_TRACE(std::string(dtype_name(dt)) + " D=" + std::to_string(D) + " norm=" +
-                       std::to_string(static_cast<int>(nk)) + " rope=" + std::to_string(rope));
-          HostTensor qkv(dt, B * S * pitch);
-          fill(qkv, -2, 2);
-          const int gn = nk == NormKind::kRmsAcrossHeads ? H * D : D;
-          std::vector<float> gamma(gn), beta(D);
-          for (auto& g : gamma) g = 1.0f + 0.25f * uniform(-1, 1);
-          for (auto& b : beta) b = 0.25f * uniform(-1, 1);
-          auto dq = upload(qkv);
-          auto dg = upload_f32(gamma), db = upload_f32(beta);
-          QkView view;
-          view.data = static_cast<char*>(dq.get()) + H * D * dtype_size(dt);  // the K part
-          view.row_pitch = pitch;
-          view.batch = B;
-          view.tokens_per_batch = S;
-          view.pos_offset = pos0;
-          view.heads = H;
-          view.head_dim = D;
-          NormRopeParams p;
-          p.norm = nk;
-          p.rope = rope ? RopeKind::k1D : RopeKind::kNone;
-          p.eps = 1e-6f;
-          p.rope_theta = 10000.0f;
-          p.gamma = dg.as<float>();
-          p.beta = db.as<float>();
-          k->norm_rope(*stream_, view, dt, p);
-          stream_->synchronize();
-          HostTensor got(dt, B * S * pitch);
-          download(got, dq);
-          const double u = unit_roundoff(dt);
-          for (int64_t m = 0; m < B * S; ++m) {
-            std::vector<double> row(H * D);
-            for (int e = 0; e < H * D; ++e) row[e] = qkv.get(m * pitch + H * D + e);
-            norm_rope_ref(row, H, D, pos0 + m % S, nk, rope, p.eps, p.rope_theta, gamma, beta);
-            for (int64_t e = 0; e < pitch; ++e) {
-              const size_t idx = m * pitch + e;
-              if (e < H * D || e >= 2 * H * D) {  // Q and V parts: untouched
-                ASSERT_EQ(0, std::memcmp(&got.bytes[idx * dtype_size(dt)], &qkv.bytes[idx * dtype_size(dt)],
-                                         dtype_size(dt)))
-                    << "norm_rope wrote outside its view at row " << m << " element " << e;
-                continue;
-              }
-              const double ref = row[e - H * D];
-              const double fp32 = 4e-5 * (1.0 + std::fabs(ref));  // fp32 sums, sqrt, sincos at |angle| < 200
-              const double tol = fp32 + u * (std::fabs(ref) + fp32) + abs_floor(dt);
-              const double g = got.get(idx);
-              ASSERT_TRUE(std::isfinite(g)) << "row " << m << " element " << e;
-              ASSERT_LE(std::fabs(g - ref), tol) << "row " << m << " element " << e;
-            }
+// One norm+RoPE check: a view (the K part of a fused QKV row, pitch 3*H*D, or a separate
+// contiguous tensor), optionally with heads [hb, hb+hn) going to a final-layout target
+// (B, 3*S, hn, D) at tokens [S, 2S), on the kernel `which`, against the float64 reference;
+// every byte the kernel must not write is checked unchanged.
+struct NormRopeCheck {
+  DType dt;
+  int D, H;
+  NormKind norm;
+  bool rope;
+  bool fused;
+  bool slice_out;
+  NormRopeKernel which;
+};
+
+void run_norm_rope_check(CudaKernelsTest& t, const NormRopeCheck& c) {
+  SCOPED_TRACE(std::string(dtype_name(c.dt)) + " D=" + std::to_string(c.D) + " H=" + std::to_string(c.H) +
+               " norm=" + std::to_string(static_cast<int>(c.norm)) + " rope=" + std::to_string(c.rope) +
+               (c.fused ? " fused" : " separate") + (c.slice_out ? " +slice" : "") + " kernel=" +
+               (c.which == NormRopeKernel::kVector ? "vector" : c.which == NormRopeKernel::kGeneral ? "general" : "auto"));
+  const int64_t B = 2, S = 37, pos0 = 100;
+  const int H = c.H, D = c.D;
+  const int64_t width = static_cast<int64_t>(H) * D, pitch = c.fused ? 3 * width : width;
+  const int64_t col0 = c.fused ? width : 0;  // where the view starts within a row
+  const int hb = c.slice_out ? H / 3 : 0, hn = c.slice_out ? std::max(1, H / 3) : 0;
+  const int64_t seq = 3 * S;
+  HostTensor qkv(c.dt, B * S * pitch);
+  t.fill(qkv, -2, 2);
+  HostTensor target(c.dt, c.slice_out ? B * seq * hn * D : 1);  // all 0xFF: NaN
+  const int gn = c.norm == NormKind::kRmsAcrossHeads ? H * D : D;
+  std::vector<float> gamma(gn), beta(D);
+  for (auto& g : gamma) g = 1.0f + 0.25f * t.uniform(-1, 1);
+  for (auto& b : beta) b = 0.25f * t.uniform(-1, 1);
+  auto dq = t.upload(qkv), dt_ = t.upload(target);
+  auto dg = t.upload_f32(gamma), db = t.upload_f32(beta);
+  const size_t es = dtype_size(c.dt);
+  QkView view;
+  view.data = static_cast<char*>(dq.get()) + col0 * es;
+  view.row_pitch = pitch;
+  view.batch = B;
+  view.tokens_per_batch = S;
+  view.pos_offset = pos0;
+  view.heads = H;
+  view.head_dim = D;
+  if (c.slice_out)
+    view.out = HeadSliceOut{static_cast<char*>(dt_.get()) + S * hn * D * es, hb, hn, hn * static_cast<int64_t>(D),
+                            seq * hn * D};
+  NormRopeParams p;
+  p.norm = c.norm;
+  p.rope = c.rope ? RopeKind::k1D : RopeKind::kNone;
+  p.eps = 1e-6f;
+  p.rope_theta = 10000.0f;
+  p.gamma = dg.as<float>();
+  p.beta = db.as<float>();
+  launch_norm_rope(static_cast<cudaStream_t>(t.stream_->native()), view, c.dt, p, c.which);
+  t.stream_->synchronize();
+  HostTensor got(c.dt, B * S * pitch), got_target(c.dt, target.size());
+  t.download(got, dq);
+  t.download(got_target, dt_);
+  const double u = unit_roundoff(c.dt);
+  auto same = [&](const HostTensor& a, const HostTensor& b, size_t i) {
+    return std::memcmp(&a.bytes[i * es], &b.bytes[i * es], es) == 0;
+  };
+  for (int64_t m = 0; m < B * S; ++m) {
+    const int64_t b = m / S, tok = m % S;
+    std::vector<double> row(width);
+    for (int64_t e = 0; e < width; ++e) row[e] = qkv.get(m * pitch + col0 + e);
+    norm_rope_ref(row, H, D, pos0 + tok, c.norm, c.rope, p.eps, p.rope_theta, gamma, beta);
+    for (int64_t e = 0; e < pitch; ++e) {
+      const size_t idx = m * pitch + e;
+      const int64_t ve = e - col0;  // element within the view's row
+      const int h = ve >= 0 && ve < width ? static_cast<int>(ve / D) : -1;
+      const bool moved = h >= hb && h < hb + hn;
+      if (h < 0 || moved) {  // other parts of the row, and the moved heads' source: untouched
+        ASSERT_TRUE(same(got, qkv, idx)) << "norm_rope wrote outside its view (or a moved head in place) at row "
+                                         << m << " element " << e;
+        if (h < 0) continue;
+      }
+      const double ref = row[ve];
+      const double fp32 = 4e-5 * (1.0 + std::fabs(ref));  // fp32 sums, sqrt, sincos at |angle| < 200
+      const double tol = fp32 + u * (std::fabs(ref) + fp32) + abs_floor(c.dt);
+      const double g = moved ? got_target.get(((b * seq + S + tok) * hn + (h - hb)) * D + ve % D) : got.get(idx);
+      ASSERT_TRUE(std::isfinite(g)) << "row " << m << " element " << e << (moved ? " (in the target)" : "");
+      ASSERT_LE(std::fabs(g - ref), tol) << "row " << m << " element " << e << (moved ? " (in the target)" : "");
+    }
+  }
+  if (c.slice_out) {  // the target's other tokens are untouched
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t tok = 0; tok < seq; ++tok)
+        if (tok < S || tok >= 2 * S)
+          for (int64_t e = 0; e < hn * D; ++e) {
+            const size_t i = (b * seq + tok) * hn * D + e;
+            ASSERT_TRUE(same(got_target, target, i)) << "target token " << tok << " written";
+          }
+  }
+}
+
+const NormKind kNormKinds[] = {NormKind::kNone, NormKind::kRmsPerHead, NormKind::kRmsAcrossHeads,
+                               NormKind::kLayerPerHead};
+
+TEST_F(CudaKernelsTest, NormRopeAllKindsBothKernels) {
+  for (NormRopeKernel which : {NormRopeKernel::kVector, NormRopeKernel::kGeneral}) {
+    for (int D : {64, 72, 128}) {
+      for (DType dt : kAllTypes) {
+        for (NormKind nk : kNormKinds) {
+          for (bool rope : {true, false}) {
+            if (nk == NormKind::kNone && !rope) continue;
+            for (bool fused : {true, false})
+              run_norm_rope_check(*this, {dt, D, 5, nk, rope, fused, !fused, which});
+            if (HasFatalFailure()) return;
           }
         }
       }
+    }
+  }
+}
+
+// Head counts that take the vector kernel's other paths: 24 heads (12 passes at
+// D=128 bf16, past one batch of 8), 40 heads across-heads (whole row in registers for
+// 16-bit types, two passes over the row for fp32), head_dim 256 and 512 (two chunks
+// per lane), with and without a head slice out.
+TEST_F(CudaKernelsTest, NormRopeVectorKernelPaths) {
+  for (DType dt : kAllTypes) {
+    for (NormKind nk : kNormKinds) {
+      run_norm_rope_check(*this, {dt, 128, 24, nk, true, true, true, NormRopeKernel::kVector});
+      run_norm_rope_check(*this, {dt, 128, 40, nk, true, false, false, NormRopeKernel::kVector});
+      run_norm_rope_check(*this, {dt, 256, 6, nk, true, true, false, NormRopeKernel::kVector});
+      if (dt != DType::kFP32) run_norm_rope_check(*this, {dt, 512, 3, nk, true, false, true, NormRopeKernel::kVector});
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// At positions past 10^5 (HunyuanVideo's), where sincosf takes its slow argument
+// reduction, the two kernels compute the same angles with the same functions: they
+// agree to a rounding of the dtype (their fp32 sums run in different orders).
+TEST_F(CudaKernelsTest, NormRopeKernelsAgreeAtLargePositions) {
+  const int64_t S = 64, pos0 = 119056 - 64;
+  const int H = 24, D = 128;
+  for (DType dt : kAllTypes) {
+    for (NormKind nk : kNormKinds) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " norm=" + std::to_string(static_cast<int>(nk)));
+      const int64_t pitch = 3 * H * D;
+      HostTensor qkv(dt, S * pitch);
+      fill(qkv, -2, 2);
+      std::vector<float> gamma(nk == NormKind::kRmsAcrossHeads ? H * D : D), beta(D);
+      for (auto& g : gamma) g = 1.0f + 0.25f * uniform(-1, 1);
+      for (auto& b : beta) b = 0.25f * uniform(-1, 1);
+      auto dg = upload_f32(gamma), db = upload_f32(beta);
+      HostTensor out[2] = {HostTensor(dt, S * pitch), HostTensor(dt, S * pitch)};
+      int i = 0;
+      for (NormRopeKernel which : {NormRopeKernel::kVector, NormRopeKernel::kGeneral}) {
+        auto dq = upload(qkv);
+        QkView v;
+        v.data = dq.get();
+        v.row_pitch = pitch;
+        v.batch = 1;
+        v.tokens_per_batch = S;
+        v.pos_offset = pos0;
+        v.heads = H;
+        v.head_dim = D;
+        NormRopeParams p;
+        p.norm = nk;
+        p.rope = RopeKind::k1D;
+        p.gamma = dg.as<float>();
+        p.beta = db.as<float>();
+        launch_norm_rope(static_cast<cudaStream_t>(stream_->native()), v, dt, p, which);
+        stream_->synchronize();
+        download(out[i++], dq);
+      }
+      const double u = std::max(unit_roundoff(dt), kU32);
+      for (int64_t m = 0; m < S; ++m)
+        for (int64_t e = 0; e < H * D; ++e) {
+          const double a = out[0].get(m * pitch + e), b = out[1].get(m * pitch + e);
+          ASSERT_TRUE(std::isfinite(a) && std::isfinite(b)) << "row " << m << " element " << e;
+          // fp32 sums in another order move a value by ~1e-7 of the row's scale, which can
+          // flip its final rounding: one unit of the dtype, plus an fp32 absolute floor.
+          ASSERT_LE(std::fabs(a - b), 2 * u * std::fabs(b) + 2e-5 + abs_floor(dt)) << "row " << m << " element " << e;
+        }
     }
   }
 }

@@ -203,18 +203,21 @@ std::string dt(DType t) { return dtype_name(t); }
 
 struct GemmCase {
   int64_t M, N, K, lda, ldo;
+  int64_t ldw = 0;  // 0: N (a whole weight); more: a block of a wider weight's columns
 };
 
 void run_gemm_case(LayerKernels& k, Stream& s, Rng& rng, DType dtype, DType out_dtype, const GemmCase& c) {
   SCOPED_TRACE("gemm " + dt(dtype) + "->" + dt(out_dtype) + " M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) +
-               " K=" + std::to_string(c.K) + " lda=" + std::to_string(c.lda) + " ldo=" + std::to_string(c.ldo));
-  Tensor in(dtype, static_cast<size_t>(c.M * c.lda)), w(dtype, static_cast<size_t>(c.K * c.N));
+               " K=" + std::to_string(c.K) + " lda=" + std::to_string(c.lda) + " ldo=" + std::to_string(c.ldo) +
+               " ldw=" + std::to_string(c.ldw));
+  const int64_t ldw = c.ldw > 0 ? c.ldw : c.N;
+  Tensor in(dtype, static_cast<size_t>(c.M * c.lda)), w(dtype, static_cast<size_t>(c.K * ldw));
   in.fill_random(rng, -1.0f, 1.0f);  // padding columns too: a kernel reading them is caught
   w.fill_random(rng, -1.0f, 1.0f);
   Tensor out(out_dtype, static_cast<size_t>(c.M * c.ldo));
   out.poison();
   const Tensor before = out;
-  k.gemm(s, in.data(), c.lda, w.data(), out.data(), c.ldo, c.M, c.N, c.K, dtype, out_dtype);
+  k.gemm(s, in.data(), c.lda, w.data(), ldw, out.data(), c.ldo, c.M, c.N, c.K, dtype, out_dtype);
   s.synchronize();
 
   // Bound: fp32 recursive summation of K products, |fl - exact| <= (K+1) u sum|a b|
@@ -226,7 +229,7 @@ void run_gemm_case(LayerKernels& k, Stream& s, Rng& rng, DType dtype, DType out_
     for (int64_t n = 0; n < c.N; ++n) {
       double ref = 0, sabs = 0;
       for (int64_t kk = 0; kk < c.K; ++kk) {
-        const double p = in.get(static_cast<size_t>(m * c.lda + kk)) * w.get(static_cast<size_t>(kk * c.N + n));
+        const double p = in.get(static_cast<size_t>(m * c.lda + kk)) * w.get(static_cast<size_t>(kk * ldw + n));
         ref += p;
         sabs += std::fabs(p);
       }
@@ -253,6 +256,7 @@ TEST(HostKernels, GemmMatchesFloat64Reference) {
   const GemmCase cases[] = {
       {37, 45, 67, 70, 50}, {19, 600, 129, 136, 603}, {1, 1, 1, 1, 1},
       {8, 513, 3, 5, 520},  {64, 96, 300, 301, 97},   {5, 7, 0, 3, 9},
+      {33, 40, 50, 50, 41, 120},  // a column block of a weight 120 wide (the split projections)
   };
   const std::pair<DType, DType> types[] = {{DType::kBF16, DType::kBF16},
                                            {DType::kFP16, DType::kFP16},
@@ -417,6 +421,67 @@ TEST(HostKernels, NormRopeMatchesFloat64Reference) {
         for (const auto& c : cases) run_norm_rope_case(*k, s, rng, dtype, norm, rope, c, 1e-6f);
 }
 
+// A head slice written to its final-layout target (a rank's own slice of the scatter):
+// the moved heads land in the target bit-identical to what the in-place call leaves, the
+// other heads are as in place, and the moved heads' source is left as it was.
+TEST(HostKernels, NormRopeHeadSliceGoesToItsTarget) {
+  Rng rng;
+  SCOPED_TRACE(rng.trace());
+  auto k = make_host_kernels();
+  ImmediateStream s;
+  const int64_t B = 2, T = 5, seq = 3 * T, t0 = T;  // the slice's tokens start at T of 3T
+  const int heads = 4, hd = 8, hb = 1, hn = 2;
+  const int64_t width = heads * hd, pitch = 3 * width, rows = B * T;
+  for (DType dtype : kAllTypes) {
+    for (NormKind norm : {NormKind::kNone, NormKind::kRmsPerHead, NormKind::kRmsAcrossHeads, NormKind::kLayerPerHead}) {
+      SCOPED_TRACE(dt(dtype) + " norm " + std::to_string(static_cast<int>(norm)));
+      Tensor in_place(dtype, static_cast<size_t>(rows * pitch));
+      in_place.fill_random(rng, -0.7f, 1.3f);
+      const Tensor before = in_place;
+      Tensor moved = in_place;
+      Tensor target(dtype, static_cast<size_t>(B * seq * hn * hd));
+      target.poison();
+      const Tensor target_before = target;
+      NormWeights wts = make_weights(rng, norm, heads, hd);
+      NormRopeParams p;
+      p.norm = norm;
+      p.rope = RopeKind::k1D;
+      p.gamma = wts.gamma.data();
+      p.beta = wts.beta.data();
+      QkView v{in_place.data(), pitch, B, T, 40, heads, hd, {}};
+      k->norm_rope(s, v, dtype, p);
+      v.data = moved.data();
+      v.out = HeadSliceOut{static_cast<unsigned char*>(target.data()) + t0 * hn * hd * dtype_size(dtype), hb, hn,
+                           hn * hd, seq * hn * hd};
+      k->norm_rope(s, v, dtype, p);
+      s.synchronize();
+      for (int64_t m = 0; m < rows; ++m) {
+        const int64_t b = m / T, t = m % T;
+        for (int h = 0; h < heads; ++h) {
+          for (int d = 0; d < hd; ++d) {
+            const size_t src = static_cast<size_t>(m * pitch + h * hd + d);
+            if (h >= hb && h < hb + hn) {
+              const size_t dst = static_cast<size_t>(((b * seq + t0 + t) * hn + (h - hb)) * hd + d);
+              ASSERT_EQ(target.get(dst), in_place.get(src)) << "m " << m << " h " << h << " d " << d;
+              ASSERT_TRUE(moved.same_bits(before, src)) << "moved head's source written at m " << m << " h " << h;
+            } else {
+              ASSERT_TRUE(moved.same_bits(in_place, src)) << "m " << m << " h " << h << " d " << d;
+            }
+          }
+        }
+      }
+      // Nothing of the target outside the slice's tokens was written.
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < seq; ++t)
+          if (t < t0 || t >= t0 + T)
+            for (int64_t e = 0; e < hn * hd; ++e) {
+              const size_t i = static_cast<size_t>((b * seq + t) * hn * hd + e);
+              ASSERT_TRUE(target.same_bits(target_before, i)) << "target token " << t << " written";
+            }
+    }
+  }
+}
+
 // eps at 1e-6 hardly moves the result; a large eps shows that it is added where
 // docs/math.md says (inside the square root, to the mean square / variance).
 TEST(HostKernels, NormRopeUsesEps) {
@@ -440,7 +505,7 @@ TEST(HostKernels, RopeAtPositionZeroIsIdentity) {
     Tensor buf(dtype, static_cast<size_t>(4 * heads * hd));  // 4 batches of one token
     buf.fill_random(rng, -1.0f, 1.0f);
     const Tensor before = buf;
-    QkView v{buf.data(), heads * hd, 4, 1, 0, heads, hd};
+    QkView v{buf.data(), heads * hd, 4, 1, 0, heads, hd, {}};
     NormRopeParams p;
     p.rope = RopeKind::k1D;
     k->norm_rope(s, v, dtype, p);
@@ -478,7 +543,7 @@ TEST(HostKernels, NormsNormalise) {
     p.eps = 1e-12f;  // negligible: the statistics below are exact up to fp32 rounding
     p.gamma = gamma.data();
     p.beta = beta.data();
-    QkView v{buf.data(), width, 2, rows / 2, 0, heads, hd};
+    QkView v{buf.data(), width, 2, rows / 2, 0, heads, hd, {}};
     k->norm_rope(s, v, DType::kFP32, p);
     s.synchronize();
     // fp32 statistics of <= 128 values: relative error well below 1e-5.
@@ -662,7 +727,7 @@ TEST(HostKernels, KernelsOnlyEnqueueAndCaptureByValue) {
     p.norm = NormKind::kRmsPerHead;
     p.rope = RopeKind::k1D;
     p.gamma = gamma.data();
-    QkView v{expect.data(), width, 1, rows, 11, heads, hd};
+    QkView v{expect.data(), width, 1, rows, 11, heads, hd, {}};
     k->norm_rope(is, v, DType::kBF16, p);
   }
   const Tensor before = a;
@@ -671,7 +736,7 @@ TEST(HostKernels, KernelsOnlyEnqueueAndCaptureByValue) {
     p->norm = NormKind::kRmsPerHead;
     p->rope = RopeKind::k1D;
     p->gamma = gamma.data();
-    auto v = std::make_unique<QkView>(QkView{a.data(), width, 1, rows, 11, heads, hd});
+    auto v = std::make_unique<QkView>(QkView{a.data(), width, 1, rows, 11, heads, hd, {}});
     k->norm_rope(ds, *v, DType::kBF16, *p);
     // Clobber and free the argument structs: a task holding references would now see
     // an empty view (or freed memory under ASan).
@@ -704,7 +769,7 @@ TEST(HostKernels, ConcurrentStreamsGiveIdenticalResults) {
   kk.fill_random(rng, -2.0f, 2.0f);
   v.fill_random(rng, -1.0f, 1.0f);
   Tensor g_ref(DType::kFP32, static_cast<size_t>(M * N)), a_ref(DType::kBF16, na);
-  k->gemm(is, in.data(), K, w.data(), g_ref.data(), N, M, N, K, DType::kBF16, DType::kFP32);
+  k->gemm(is, in.data(), K, w.data(), N, g_ref.data(), N, M, N, K, DType::kBF16, DType::kFP32);
   k->attention(is, q.data(), kk.data(), v.data(), a_ref.data(), B, S, H, D, DType::kBF16, 0.17f);
 
   const int reps = 4;
@@ -715,7 +780,7 @@ TEST(HostKernels, ConcurrentStreamsGiveIdenticalResults) {
     for (int r = 0; r < reps; ++r) {
       g_out[static_cast<size_t>(r)].poison();
       a_out[static_cast<size_t>(r)].poison();
-      k->gemm(s1, in.data(), K, w.data(), g_out[static_cast<size_t>(r)].data(), N, M, N, K, DType::kBF16,
+      k->gemm(s1, in.data(), K, w.data(), N, g_out[static_cast<size_t>(r)].data(), N, M, N, K, DType::kBF16,
               DType::kFP32);
       k->attention(s2, q.data(), kk.data(), v.data(), a_out[static_cast<size_t>(r)].data(), B, S, H, D,
                    DType::kBF16, 0.17f);
@@ -744,8 +809,8 @@ TEST(HostKernels, RunOnHostDeviceStream) {
   w.fill_random(rng, -1.0f, 1.0f);
   Tensor want(DType::kFP16, static_cast<size_t>(M * N)), got(DType::kFP16, static_cast<size_t>(M * N));
   got.poison();
-  k->gemm(is, in.data(), K, w.data(), want.data(), N, M, N, K, DType::kFP16, DType::kFP16);
-  k->gemm(*ds, in.data(), K, w.data(), got.data(), N, M, N, K, DType::kFP16, DType::kFP16);
+  k->gemm(is, in.data(), K, w.data(), N, want.data(), N, M, N, K, DType::kFP16, DType::kFP16);
+  k->gemm(*ds, in.data(), K, w.data(), N, got.data(), N, M, N, K, DType::kFP16, DType::kFP16);
   ds->synchronize();
   EXPECT_EQ(got.bytes, want.bytes);
 }
@@ -757,21 +822,21 @@ TEST(HostKernels, RejectsInvalidArguments) {
   ImmediateStream s;
   std::vector<float> buf(64, 0.0f);
   // Leading dimensions shorter than the rows.
-  EXPECT_THROW(k->gemm(s, buf.data(), 3, buf.data(), buf.data(), 4, 2, 4, 4, DType::kFP32, DType::kFP32), Error);
-  EXPECT_THROW(k->gemm(s, buf.data(), 4, buf.data(), buf.data(), 3, 2, 4, 4, DType::kFP32, DType::kFP32), Error);
+  EXPECT_THROW(k->gemm(s, buf.data(), 3, buf.data(), 4, buf.data(), 4, 2, 4, 4, DType::kFP32, DType::kFP32), Error);
+  EXPECT_THROW(k->gemm(s, buf.data(), 4, buf.data(), 4, buf.data(), 3, 2, 4, 4, DType::kFP32, DType::kFP32), Error);
   // RoPE needs an even head_dim; a norm needs its weights; a view needs its pitch.
   NormRopeParams p;
   p.rope = RopeKind::k1D;
-  EXPECT_THROW(k->norm_rope(s, QkView{buf.data(), 6, 1, 2, 0, 2, 3}, DType::kFP32, p), Error);
+  EXPECT_THROW(k->norm_rope(s, QkView{buf.data(), 6, 1, 2, 0, 2, 3, {}}, DType::kFP32, p), Error);
   p.rope = RopeKind::kNone;
   p.norm = NormKind::kRmsPerHead;
-  EXPECT_THROW(k->norm_rope(s, QkView{buf.data(), 8, 1, 2, 0, 2, 4}, DType::kFP32, p), Error);
+  EXPECT_THROW(k->norm_rope(s, QkView{buf.data(), 8, 1, 2, 0, 2, 4, {}}, DType::kFP32, p), Error);
   std::vector<float> gamma(4, 1.0f);
   p.gamma = gamma.data();
   p.norm = NormKind::kLayerPerHead;
-  EXPECT_THROW(k->norm_rope(s, QkView{buf.data(), 8, 1, 2, 0, 2, 4}, DType::kFP32, p), Error);
+  EXPECT_THROW(k->norm_rope(s, QkView{buf.data(), 8, 1, 2, 0, 2, 4, {}}, DType::kFP32, p), Error);
   p.norm = NormKind::kRmsPerHead;
-  EXPECT_THROW(k->norm_rope(s, QkView{buf.data(), 7, 1, 2, 0, 2, 4}, DType::kFP32, p), Error);
+  EXPECT_THROW(k->norm_rope(s, QkView{buf.data(), 7, 1, 2, 0, 2, 4, {}}, DType::kFP32, p), Error);
   EXPECT_THROW(k->convert_from_f32(s, buf.data(), buf.data(), -1, DType::kBF16), Error);
 }
 
