@@ -132,11 +132,15 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       p.rope = RopeKind::k1D;
       p.gamma = gamma.as<float>();
       p.beta = beta.as<float>();
-      double ms_kernel[2] = {0, 0};
-      const NormRopeKernel which[2] = {NormRopeKernel::kVector, NormRopeKernel::kGeneral};
-      for (int w = 0; w < 2; ++w) {
-        // The general kernel only beside the bf16 ones (it is the one the vector kernel replaces).
-        if (w == 1 && sh.dt != DType::kBF16) continue;
+      // The vector kernel as the layer runs it; for bf16 also with 8 and 12 passes in
+      // flight forced, and the general kernel it replaces.
+      double ms_kernel[4] = {0, 0, 0, 0};
+      const NormRopeKernel which[4] = {NormRopeKernel::kVector, NormRopeKernel::kGeneral, NormRopeKernel::kVector,
+                                       NormRopeKernel::kVector};
+      const int batch[4] = {0, 0, 8, 12};
+      const char* variant[4] = {"", " (general kernel)", " (vector, 8 passes)", " (vector, 12 passes)"};
+      for (int w = 0; w < 4; ++w) {
+        if (w > 0 && sh.dt != DType::kBF16) continue;
         auto run = [&] {
           for (int j = 0; j < 2; ++j) {  // Q and K
             QkView v;
@@ -147,19 +151,19 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
             v.pos_offset = 0;
             v.heads = sh.H;
             v.head_dim = sh.D;
-            launch_norm_rope(cu(s), v, sh.dt, p, which[w]);
+            launch_norm_rope(cu(s), v, sh.dt, p, which[w], batch[w]);
           }
         };
         ms_kernel[w] = time_ms(dev, s, 3, 20, run);
       }
       const double bytes = 2.0 * 2.0 * M * width * es;  // Q and K, read + write
-      for (int w = 0; w < 2; ++w) {
+      for (int w = 0; w < 4; ++w) {
         if (ms_kernel[w] == 0) continue;
         const double tbs = bytes / ms_kernel[w] * 1e-9;
         char shape[96];
         std::snprintf(shape, sizeof(shape), "M%lld H%d D%d %s %s", static_cast<long long>(M), sh.H, sh.D,
                       dtype_name(sh.dt), sh.fused ? "fused" : "separate");
-        rows.push_back({"norm+rope", std::string("norm+RoPE ") + kind_names[ki] + (w ? " (general kernel)" : ""),
+        rows.push_back({"norm+rope", std::string("norm+RoPE ") + kind_names[ki] + variant[w],
                         shape, ms_kernel[w], tbs, "TB/s", tbs / bound_tbs, "Q and K, bytes = read+write"});
       }
     }

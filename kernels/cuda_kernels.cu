@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "comm/cuda_check.hpp"
@@ -223,15 +224,17 @@ __global__ void __launch_bounds__(kNormThreads) norm_rope_kernel(T* __restrict__
 // --- the vector kernel (head_dim a multiple of 16 bytes' worth of elements, rows and
 // targets 16-byte aligned): one warp per token row, 16-byte loads and stores.
 //
-// A row's heads are split into 16-byte chunks of kVE elements; G lanes (a power of two,
-// <= 32) share a head, lane l owning chunk l % G (and l % G + 32 for head_dim > 32
-// chunks), so a warp covers 32 / G heads per pass and walks the row's heads in passes.
-// A lane always owns the same pairs of every head: it computes their RoPE angles and
-// cos/sin once per row, not once per head (sincosf is the costliest thing here), and
-// its norm weights once per kernel. Up to kNB passes are loaded before any is used, so
-// that several KB per warp are in flight: the kernel is bound by bytes in flight.
-// Across-heads RMS needs the whole row first: held in registers when it fits in kNB
-// passes, else summed in a first pass and re-read (from L2) in a second.
+// A row's heads are split into 16-byte chunks of kVE elements; G lanes share a head
+// (G = chunks per head when that fits a warp; lanes past the last whole group idle),
+// lane l owning chunk l % G (and l % G + 32 for heads of more than 32 chunks), so a warp
+// covers 32 / G heads per pass and walks the row's heads in passes. A lane always owns
+// the same elements of every head: its RoPE frequencies and per-head norm weights are
+// loaded or computed once per kernel and its cos/sin once per row (sincosf is the
+// costliest thing here), never per head. Up to kNB passes are loaded before any is used,
+// so that several KB per warp are in flight (the kernel is bound by bytes in flight),
+// and their statistics are reduced together, so the shuffle chains of different heads
+// overlap. Across-heads RMS needs the whole row first: held in registers when it fits
+// in kNB passes, else summed in a first pass and re-read (from L2) in a second.
 constexpr int kRowWarps = 4;  // rows per block
 
 template <typename T>
@@ -250,48 +253,96 @@ struct Vec {
   }
 };
 
-__device__ __forceinline__ float group_sum(float v, int G) {
-  for (int o = G >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
+// Sum over the G lanes of this lane's group (lanes [base, base + G)), on every lane of it.
+template <int kN>
+__device__ __forceinline__ void group_sums(float (&v)[kN], int G, int base) {
+  if ((G & (G - 1)) == 0) {  // a power of two: butterfly within the aligned group
+    for (int o = G >> 1; o > 0; o >>= 1) {
+#pragma unroll
+      for (int p = 0; p < kN; ++p) v[p] += __shfl_xor_sync(0xffffffffu, v[p], o);
+    }
+    return;
+  }
+  float acc[kN];
+#pragma unroll
+  for (int p = 0; p < kN; ++p) acc[p] = 0.0f;
+  for (int j = 0; j < G; ++j) {
+#pragma unroll
+    for (int p = 0; p < kN; ++p) acc[p] += __shfl_sync(0xffffffffu, v[p], base + j);
+  }
+#pragma unroll
+  for (int p = 0; p < kN; ++p) v[p] = acc[p];
 }
 
-template <typename T, int kCPL, int kNB>
+template <int kN>
+__device__ __forceinline__ void warp_sums(float (&v)[kN]) {
+  for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+    for (int p = 0; p < kN; ++p) v[p] += __shfl_xor_sync(0xffffffffu, v[p], o);
+  }
+}
+
+__device__ __forceinline__ void load_f32x(const float* __restrict__ src, float* dst, int n) {
+  // n is a multiple of 4 and src 16-byte aligned (the weights are cudaMalloc'ed, offsets
+  // multiples of 16 bytes' worth of elements).
+  for (int i = 0; i < n; i += 4) {
+    const float4 q = __ldg(reinterpret_cast<const float4*>(src + i));
+    dst[i] = q.x;
+    dst[i + 1] = q.y;
+    dst[i + 2] = q.z;
+    dst[i + 3] = q.w;
+  }
+}
+
+template <typename T, int kNorm, int kCPL, int kNB>
 __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __restrict__ data, T* __restrict__ out,
                                                                          RowPlace pl, int64_t rows, int64_t pos_offset,
-                                                                         int heads, int G, int norm, int rope,
-                                                                         float eps, float theta,
-                                                                         const float* __restrict__ gamma,
+                                                                         int heads, int G, int rope, float eps,
+                                                                         float theta, const float* __restrict__ gamma,
                                                                          const float* __restrict__ beta) {
+  constexpr int norm = kNorm;  // a template parameter: no branches, no registers for other kinds
   using V = Vec<T>;
   constexpr int kVE = V::kVE;
   constexpr int kPairs = kVE / 2;
   const int lane = threadIdx.x & 31;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + (threadIdx.x >> 5);
-  if (row >= rows) return;  // whole warps leave together
   const int D = pl.head_dim;
   const int chunks = D / kVE;  // per head
   const int hpw = 32 / G;      // heads per pass
   const int passes = (heads + hpw - 1) / hpw;
-  const int cl = lane % G, hw = lane / G;
-  T* x = data + row * pl.row_pitch;
+  const int hw = lane / G, cl = lane - hw * G, base = hw * G;
+  const bool lane_used = hw < hpw;
+  constexpr bool per_head = norm == static_cast<int>(NormKind::kRmsPerHead) ||
+                            norm == static_cast<int>(NormKind::kLayerPerHead);
 
-  // This lane's chunks and their pairs' RoPE cos/sin at this row's position.
+  // What a lane needs for every row: which chunks it owns, their pairs' RoPE
+  // frequencies, and (per-head norms) their weights.
   bool has[kCPL];
-  float cs[kCPL][kPairs], sn[kCPL][kPairs];
+  float th[kCPL][kPairs], cs[kCPL][kPairs], sn[kCPL][kPairs];
+  float g_own[1][kCPL][kVE];  // per-head gamma (the same for every head and row)
+  float b_own[kCPL][kVE];     // LayerNorm beta
 #pragma unroll
   for (int j = 0; j < kCPL; ++j) {
     const int c = cl + G * j;
-    has[j] = c < chunks;
-    if (rope && has[j]) {
-      const float pos = static_cast<float>(pos_offset + row % pl.tokens_per_batch);
+    has[j] = lane_used && c < chunks;
+#pragma unroll
+    for (int q = 0; q < kPairs; ++q) th[j][q] = cs[j][q] = sn[j][q] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kVE; ++i) g_own[0][j][i] = b_own[j][i] = 0.0f;
+    if (!has[j]) continue;
+    if (rope) {
 #pragma unroll
       for (int q = 0; q < kPairs; ++q) {
         const int i = c * kPairs + q;  // pair index within the head
-        const float th = powf(theta, -(2.0f * static_cast<float>(i)) / static_cast<float>(D));
-        sincosf(pos * th, &sn[j][q], &cs[j][q]);
+        th[j][q] = powf(theta, -(2.0f * static_cast<float>(i)) / static_cast<float>(D));
       }
     }
+    if constexpr (per_head) load_f32x(gamma + c * kVE, g_own[0][j], kVE);
+    if constexpr (norm == static_cast<int>(NormKind::kLayerPerHead)) load_f32x(beta + c * kVE, b_own[j], kVE);
   }
+  // A grid of resident warps walks the rows, one row per warp at a time.
+  int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + (threadIdx.x >> 5);
+  const int64_t row_step = static_cast<int64_t>(gridDim.x) * kRowWarps;
+  T* x = nullptr;
 
   auto head_of = [&](int p) { return p * hpw + hw; };
   auto load = [&](int p, V (&v)[kCPL]) {
@@ -306,21 +357,25 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
   // Normalises (given the group's statistics), rotates and stores one pass's chunks.
   auto finish = [&](int p, V (&v)[kCPL], float mu, float rinv) {
     const int h = head_of(p);
-    if (h >= heads) return;
+    if (h >= heads || !lane_used) return;
     T* dst = head_dst(x, out, pl, row, h);
-    const float* g = norm == static_cast<int>(NormKind::kRmsAcrossHeads) ? gamma + static_cast<int64_t>(h) * D : gamma;
 #pragma unroll
     for (int j = 0; j < kCPL; ++j) {
       if (!has[j]) continue;
       const int e0 = (cl + G * j) * kVE;
       float f[kVE];
       v[j].to_floats(f);
-      if (norm != static_cast<int>(NormKind::kNone)) {
+      if constexpr (norm == static_cast<int>(NormKind::kRmsAcrossHeads)) {
+        float g[kVE];
+        load_f32x(gamma + static_cast<int64_t>(h) * D + e0, g, kVE);
 #pragma unroll
-        for (int i = 0; i < kVE; ++i) {
-          f[i] = (f[i] - mu) * rinv * __ldg(g + e0 + i);
-          if (norm == static_cast<int>(NormKind::kLayerPerHead)) f[i] += __ldg(beta + e0 + i);
-        }
+        for (int i = 0; i < kVE; ++i) f[i] = f[i] * rinv * g[i];
+      } else if constexpr (norm == static_cast<int>(NormKind::kRmsPerHead)) {
+#pragma unroll
+        for (int i = 0; i < kVE; ++i) f[i] = f[i] * rinv * g_own[0][j][i];
+      } else if constexpr (norm == static_cast<int>(NormKind::kLayerPerHead)) {
+#pragma unroll
+        for (int i = 0; i < kVE; ++i) f[i] = (f[i] - mu) * rinv * g_own[0][j][i] + b_own[j][i];
       }
       if (rope) {
 #pragma unroll
@@ -334,91 +389,110 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
       *reinterpret_cast<uint4*>(dst + e0) = v[j].raw;
     }
   };
-  auto sums = [&](V (&v)[kCPL], float& s1, float& s2) {
+  // Sum (and sum of squares about `mu`) of one pass's values on this lane.
+  auto lane_sums = [&](const V (&v)[kCPL], float mu, float& s1, float& s2) {
 #pragma unroll
     for (int j = 0; j < kCPL; ++j) {
+      if (!has[j]) continue;
       float f[kVE];
       v[j].to_floats(f);
 #pragma unroll
       for (int i = 0; i < kVE; ++i) {
         s1 += f[i];
-        s2 += f[i] * f[i];
+        s2 += (f[i] - mu) * (f[i] - mu);
       }
     }
   };
 
-  if (norm == static_cast<int>(NormKind::kRmsAcrossHeads)) {
+  for (; row < rows; row += row_step) {  // whole warps: the bound is uniform across a warp
+  x = data + row * pl.row_pitch;
+  if (rope) {
+    const float pos = static_cast<float>(pos_offset + row % pl.tokens_per_batch);
+#pragma unroll
+    for (int j = 0; j < kCPL; ++j)
+#pragma unroll
+      for (int q = 0; q < kPairs; ++q)
+        if (has[j]) sincosf(pos * th[j][q], &sn[j][q], &cs[j][q]);
+  }
+  if constexpr (norm == static_cast<int>(NormKind::kRmsAcrossHeads)) {
     const float n = static_cast<float>(heads) * static_cast<float>(D);
     if (passes <= kNB) {
       V v[kNB][kCPL];
 #pragma unroll
-      for (int p = 0; p < kNB; ++p)
-        if (p < passes) load(p, v[p]);
-      float s1 = 0.0f, s2 = 0.0f;
+      for (int p = 0; p < kNB; ++p) load(p, v[p]);
+      float s1 = 0.0f, s2[1] = {0.0f};
 #pragma unroll
-      for (int p = 0; p < kNB; ++p)
-        if (p < passes) sums(v[p], s1, s2);
-      const float rinv = 1.0f / sqrtf(warp_sum(s2) / n + eps);
+      for (int p = 0; p < kNB; ++p) lane_sums(v[p], 0.0f, s1, s2[0]);
+      warp_sums(s2);
+      const float rinv = 1.0f / sqrtf(s2[0] / n + eps);
 #pragma unroll
-      for (int p = 0; p < kNB; ++p)
-        if (p < passes) finish(p, v[p], 0.0f, rinv);
+      for (int p = 0; p < kNB; ++p) finish(p, v[p], 0.0f, rinv);
     } else {
-      float s1 = 0.0f, s2 = 0.0f;
+      float s1 = 0.0f, s2[1] = {0.0f};
       for (int p0 = 0; p0 < passes; p0 += kNB) {
         V v[kNB][kCPL];
 #pragma unroll
-        for (int p = 0; p < kNB; ++p)
-          if (p0 + p < passes) load(p0 + p, v[p]);
+        for (int p = 0; p < kNB; ++p) load(p0 + p, v[p]);
 #pragma unroll
-        for (int p = 0; p < kNB; ++p)
-          if (p0 + p < passes) sums(v[p], s1, s2);
+        for (int p = 0; p < kNB; ++p) lane_sums(v[p], 0.0f, s1, s2[0]);
       }
-      const float rinv = 1.0f / sqrtf(warp_sum(s2) / n + eps);
+      warp_sums(s2);
+      const float rinv = 1.0f / sqrtf(s2[0] / n + eps);
       for (int p0 = 0; p0 < passes; p0 += kNB) {
         V v[kNB][kCPL];
 #pragma unroll
-        for (int p = 0; p < kNB; ++p)
-          if (p0 + p < passes) load(p0 + p, v[p]);
+        for (int p = 0; p < kNB; ++p) load(p0 + p, v[p]);
 #pragma unroll
-        for (int p = 0; p < kNB; ++p)
-          if (p0 + p < passes) finish(p0 + p, v[p], 0.0f, rinv);
+        for (int p = 0; p < kNB; ++p) finish(p0 + p, v[p], 0.0f, rinv);
       }
     }
-    return;
-  }
-  // Per head (or no norm): each head's G lanes reduce among themselves.
+  } else {
+  // Per head (or no norm): each head's G lanes reduce among themselves, kNB heads' chains
+  // at once. Passes past the last head load nothing and store nothing.
   const float n = static_cast<float>(D);
   for (int p0 = 0; p0 < passes; p0 += kNB) {
     V v[kNB][kCPL];
 #pragma unroll
-    for (int p = 0; p < kNB; ++p)
-      if (p0 + p < passes) load(p0 + p, v[p]);
+    for (int p = 0; p < kNB; ++p) load(p0 + p, v[p]);
+    float mu[kNB], rinv[kNB];
 #pragma unroll
-    for (int p = 0; p < kNB; ++p) {
-      if (p0 + p >= passes) break;  // uniform across the warp
-      float mu = 0.0f, rinv = 1.0f;
-      if (norm == static_cast<int>(NormKind::kRmsPerHead)) {
-        float s1 = 0.0f, s2 = 0.0f;
-        sums(v[p], s1, s2);
-        rinv = 1.0f / sqrtf(group_sum(s2, G) / n + eps);
-      } else if (norm == static_cast<int>(NormKind::kLayerPerHead)) {
-        float s1 = 0.0f, s2 = 0.0f;
-        sums(v[p], s1, s2);
-        mu = group_sum(s1, G) / n;
-        // var = mean((x - mu)^2), from the values again (not E[x^2] - mu^2: cancellation).
-        float sq = 0.0f;
+    for (int p = 0; p < kNB; ++p) mu[p] = 0.0f, rinv[p] = 1.0f;
+    if constexpr (norm == static_cast<int>(NormKind::kRmsPerHead)) {
+      float s2[kNB];
 #pragma unroll
-        for (int j = 0; j < kCPL; ++j) {
-          if (!has[j]) continue;
-          float f[kVE];
-          v[p][j].to_floats(f);
-#pragma unroll
-          for (int i = 0; i < kVE; ++i) sq += (f[i] - mu) * (f[i] - mu);
-        }
-        rinv = 1.0f / sqrtf(group_sum(sq, G) / n + eps);
+      for (int p = 0; p < kNB; ++p) {
+        float s1 = 0.0f;
+        s2[p] = 0.0f;
+        lane_sums(v[p], 0.0f, s1, s2[p]);
       }
-      finish(p0 + p, v[p], mu, rinv);
+      group_sums(s2, G, base);
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) rinv[p] = 1.0f / sqrtf(s2[p] / n + eps);
+    } else if constexpr (norm == static_cast<int>(NormKind::kLayerPerHead)) {
+      // var = mean((x - mu)^2), from the values again (not E[x^2] - mu^2: cancellation).
+      float s[kNB];
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) {
+        float s2 = 0.0f;
+        s[p] = 0.0f;
+        lane_sums(v[p], 0.0f, s[p], s2);
+      }
+      group_sums(s, G, base);
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) {
+        mu[p] = s[p] / n;
+        float s1 = 0.0f;
+        s[p] = 0.0f;
+        lane_sums(v[p], mu[p], s1, s[p]);
+      }
+      group_sums(s, G, base);
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) rinv[p] = 1.0f / sqrtf(s[p] / n + eps);
     }
+#pragma unroll
+    for (int p = 0; p < kNB; ++p) finish(p0 + p, v[p], mu[p], rinv[p]);
+  }
+  }
   }
 }
 
@@ -430,14 +504,39 @@ void norm_rope_launch(cudaStream_t s, T* data, T* out, const RowPlace& pl, const
       p.gamma, p.beta);
 }
 
-template <typename T, int kCPL, int kNB>
+template <typename T, int kNorm, int kCPL, int kNB>
 void norm_rope_rows_launch(cudaStream_t s, T* data, T* out, const RowPlace& pl, const QkView& x,
                            const NormRopeParams& p, int G) {
   const int64_t rows = x.batch * x.tokens_per_batch;
-  const unsigned blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
-  norm_rope_rows_kernel<T, kCPL, kNB><<<blocks, kRowWarps * 32, 0, s>>>(
-      data, out, pl, rows, x.pos_offset, x.heads, G, static_cast<int>(p.norm), static_cast<int>(p.rope), p.eps,
-      p.rope_theta, p.gamma, p.beta);
+  // As many blocks as stay resident at once (asked once per kernel), at most one warp per row.
+  static int resident = 0;
+  if (resident == 0) {
+    int dev = 0, sms = 0, per_sm = 0;
+    UIPC_CUDA_CHECK(cudaGetDevice(&dev));
+    UIPC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    UIPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_rope_rows_kernel<T, kNorm, kCPL, kNB>,
+                                                                   kRowWarps * 32, 0));
+    resident = std::max(1, sms * per_sm);
+  }
+  const int64_t want = (rows + kRowWarps - 1) / kRowWarps;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(want, resident));
+  norm_rope_rows_kernel<T, kNorm, kCPL, kNB><<<blocks, kRowWarps * 32, 0, s>>>(
+      data, out, pl, rows, x.pos_offset, x.heads, G, static_cast<int>(p.rope), p.eps, p.rope_theta, p.gamma, p.beta);
+}
+
+// batch: passes loaded at once (8 or 12; 0 picks by the head count).
+template <typename T, int kNorm>
+void norm_rope_rows_pick(cudaStream_t s, T* data, T* out, const RowPlace& pl, const QkView& x,
+                         const NormRopeParams& p, int chunks, int batch) {
+  const int G = chunks <= 32 ? chunks : 32;  // lanes per head
+  const int passes = (x.heads + 32 / G - 1) / (32 / G);
+  if (chunks > 32) {
+    norm_rope_rows_launch<T, kNorm, 2, 4>(s, data, out, pl, x, p, G);
+  } else if (batch == 12 || (batch == 0 && passes > 8)) {
+    norm_rope_rows_launch<T, kNorm, 1, 12>(s, data, out, pl, x, p, G);
+  } else {
+    norm_rope_rows_launch<T, kNorm, 1, 8>(s, data, out, pl, x, p, G);
+  }
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -452,7 +551,7 @@ bool vector_kernel_fits(const QkView& x) {
 }
 
 template <typename T>
-void norm_rope_typed(cudaStream_t s, const QkView& x, const NormRopeParams& p, NormRopeKernel which) {
+void norm_rope_typed(cudaStream_t s, const QkView& x, const NormRopeParams& p, NormRopeKernel which, int batch) {
   const int64_t rows = x.batch * x.tokens_per_batch;
   if (rows == 0 || x.heads == 0) return;
   auto* data = static_cast<T*>(x.data);
@@ -463,16 +562,11 @@ void norm_rope_typed(cudaStream_t s, const QkView& x, const NormRopeParams& p, N
   if (which != NormRopeKernel::kGeneral && vector_kernel_fits<T>(x)) {
     constexpr int kVE = 16 / sizeof(T);
     const int chunks = D / kVE;
-    int G = 1;
-    while (G < chunks && G < 32) G *= 2;
-    const int passes = (x.heads + 32 / G - 1) / (32 / G);
-    const bool across = p.norm == NormKind::kRmsAcrossHeads;
-    if (chunks > 32) {
-      norm_rope_rows_launch<T, 2, 4>(s, data, out, pl, x, p, G);
-    } else if (across && passes > 8 && passes <= 24) {
-      norm_rope_rows_launch<T, 1, 24>(s, data, out, pl, x, p, G);  // the whole row in registers
-    } else {
-      norm_rope_rows_launch<T, 1, 8>(s, data, out, pl, x, p, G);
+    switch (p.norm) {
+      case NormKind::kNone: norm_rope_rows_pick<T, 0>(s, data, out, pl, x, p, chunks, batch); break;
+      case NormKind::kRmsPerHead: norm_rope_rows_pick<T, 1>(s, data, out, pl, x, p, chunks, batch); break;
+      case NormKind::kRmsAcrossHeads: norm_rope_rows_pick<T, 2>(s, data, out, pl, x, p, chunks, batch); break;
+      case NormKind::kLayerPerHead: norm_rope_rows_pick<T, 3>(s, data, out, pl, x, p, chunks, batch); break;
     }
     UIPC_CUDA_CHECK(cudaGetLastError());
     return;
@@ -624,7 +718,9 @@ __global__ void convert_2d_kernel(const float* __restrict__ in, int64_t ld_in, T
 
 }  // namespace
 
-void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p, NormRopeKernel which) {
+void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p, NormRopeKernel which,
+                      int batch) {
+  UIPC_CHECK(batch == 0 || batch == 8 || batch == 12, "norm_rope: batch must be 0, 8 or 12");
   UIPC_CHECK(x.head_dim > 0 && x.head_dim <= 2 * 32 * kMaxPairsPerLane,
              "CUDA norm_rope supports head_dim 1.." + std::to_string(2 * 32 * kMaxPairsPerLane) + ", not " +
                  std::to_string(x.head_dim));
@@ -639,9 +735,9 @@ void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRo
     return;
   }
   switch (dtype) {
-    case DType::kBF16: norm_rope_typed<__nv_bfloat16>(s, x, p, which); break;
-    case DType::kFP16: norm_rope_typed<__half>(s, x, p, which); break;
-    default: norm_rope_typed<float>(s, x, p, which); break;
+    case DType::kBF16: norm_rope_typed<__nv_bfloat16>(s, x, p, which, batch); break;
+    case DType::kFP16: norm_rope_typed<__half>(s, x, p, which, batch); break;
+    default: norm_rope_typed<float>(s, x, p, which, batch); break;
   }
 }
 
