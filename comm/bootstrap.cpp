@@ -75,6 +75,20 @@ bool all_on_one_node(MPI_Comm comm) {
   return node_info(comm).local_size == size;
 }
 
+std::vector<int> world_ranks(MPI_Comm comm) {
+  MPI_Group g, w;
+  UIPC_MPI_CHECK(MPI_Comm_group(comm, &g));
+  UIPC_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &w));
+  int n = 0;
+  UIPC_MPI_CHECK(MPI_Group_size(g, &n));
+  std::vector<int> mine(static_cast<size_t>(n)), out(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) mine[static_cast<size_t>(i)] = i;
+  UIPC_MPI_CHECK(MPI_Group_translate_ranks(g, n, mine.data(), w, out.data()));
+  MPI_Group_free(&g);
+  MPI_Group_free(&w);
+  return out;
+}
+
 void wait_bounded(MPI_Request* reqs, int n, double timeout_s, const std::string& what,
                   const std::vector<int>& peer_of_request, double spin_s) {
   int done = 0;

@@ -43,6 +43,9 @@ struct NodeInfo {
 NodeInfo node_info(MPI_Comm comm);
 // True when every rank of `comm` runs on the same node.
 bool all_on_one_node(MPI_Comm comm);
+// The MPI_COMM_WORLD rank of every rank of `comm` (local, no messages): what messages
+// about a peer name.
+std::vector<int> world_ranks(MPI_Comm comm);
 
 // Waits for n requests, giving up after timeout_s with a PeerTimeout naming `what`
 // and, where peer_of_request says whom each request talks to, the ranks missing. Polls
