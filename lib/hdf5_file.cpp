@@ -426,16 +426,27 @@ void Object::write_attr(const std::string& name, const std::vector<std::string>&
     fail(name, "cannot write attribute: " + last_hdf5_error());
 }
 
-void Object::write_attr(const std::string& name, const std::vector<double>& v) const {
-  if (has_attr(name) && H5Adelete(id(), name.c_str()) < 0)
-    fail(name, "cannot replace attribute: " + last_hdf5_error());
-  hsize_t n = v.size();
-  SpaceId space(H5Screate_simple(1, &n, nullptr));
-  AttrId a(space.valid() ? H5Acreate2(id(), name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT)
+namespace {
+// A 1-D numeric attribute of n values (replacing one of the same name).
+void write_array_attr(const Object& o, const std::string& name, hid_t file_type, hid_t mem_type, const void* data,
+                      size_t n) {
+  if (o.has_attr(name) && H5Adelete(o.id(), name.c_str()) < 0)
+    o.fail(name, "cannot replace attribute: " + last_hdf5_error());
+  hsize_t dim = n;
+  SpaceId space(H5Screate_simple(1, &dim, nullptr));
+  AttrId a(space.valid() ? H5Acreate2(o.id(), name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT)
                          : kInvalidId);
-  if (!a.valid()) fail(name, "cannot create attribute: " + last_hdf5_error());
-  if (!v.empty() && H5Awrite(a.get(), H5T_NATIVE_DOUBLE, v.data()) < 0)
-    fail(name, "cannot write attribute: " + last_hdf5_error());
+  if (!a.valid()) o.fail(name, "cannot create attribute: " + last_hdf5_error());
+  if (n > 0 && H5Awrite(a.get(), mem_type, data) < 0) o.fail(name, "cannot write attribute: " + last_hdf5_error());
+}
+}  // namespace
+
+void Object::write_attr(const std::string& name, const std::vector<double>& v) const {
+  write_array_attr(*this, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, v.data(), v.size());
+}
+
+void Object::write_attr(const std::string& name, const std::vector<int64_t>& v) const {
+  write_array_attr(*this, name, H5T_STD_I64LE, H5T_NATIVE_INT64, v.data(), v.size());
 }
 
 // ---------------------------------------------------------------- Dataset

@@ -120,6 +120,7 @@ class Object {
   void write_attr(const std::string& name, const char* v) const { write_attr(name, std::string(v)); }
   void write_attr(const std::string& name, const std::vector<std::string>& v) const;
   void write_attr(const std::string& name, const std::vector<double>& v) const;
+  void write_attr(const std::string& name, const std::vector<int64_t>& v) const;
   // bool would silently pick the int overload: say what is meant instead.
   void write_attr(const std::string& name, bool v) const = delete;
 

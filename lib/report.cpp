@@ -128,6 +128,7 @@ void write_run(const h5::Group& cg, const RunResult& r) {
   g.write_attr("parity_rel_l2", r.parity_rel_l2);
   g.write_attr("parity_finite", r.parity_finite ? 1 : 0);
   g.write_attr("handshakes_per_layer", r.handshakes_per_layer);
+  g.write_attr("ulysses_nodes", r.ulysses_nodes);
   g.write_attr("cache_hits", r.cache_hits);
   g.write_attr("cache_misses", r.cache_misses);
   g.write_attr("cache_evictions", r.cache_evictions);
@@ -239,6 +240,8 @@ void write_report(const std::string& path, const Provenance& prov, const std::ve
       root.write_attr("cases", names);
       root.write_attr("hosts", prov.hosts);
       root.write_attr("devices", prov.devices);
+      root.write_attr("node_of_rank", prov.node_of_rank);
+      root.write_attr("node_layout", prov.node_layout);
       h5::Group versions = root.create_group("versions");
       for (const auto& [key, value] : prov.versions) versions.write_attr(key, value);
       h5::Group cases_group = root.create_group("cases");

@@ -51,6 +51,7 @@ struct RunResult {
   int64_t scatter_bytes_per_rank = 0;  // bytes each rank sends in one layer's Q/K/V scatter
   int64_t gather_bytes_per_rank = 0;
   int handshakes_per_layer = 0;
+  int ulysses_nodes = 1;            // nodes that rank 0's Ulysses group spans
   int64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0;
 };
 
@@ -77,6 +78,8 @@ struct Provenance {
   int world_size = 0;
   std::vector<std::string> hosts;    // per rank
   std::vector<std::string> devices;  // per rank
+  std::vector<int64_t> node_of_rank; // per rank: its node (comm/nodes.hpp)
+  std::string node_layout;           // e.g. "2 nodes x 2 ranks (declared: --ranks-per-node 2)"
   std::map<std::string, std::string> versions;  // "mpi", "hdf5", "kokkos", "cuda", "nccl", ...
 };
 

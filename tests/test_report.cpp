@@ -91,6 +91,19 @@ std::vector<double> attr_doubles(hid_t obj, const std::string& name) {
 
 double attr_double(hid_t obj, const std::string& name) { return attr_doubles(obj, name).at(0); }
 
+std::vector<int64_t> attr_ints(hid_t obj, const std::string& name) {
+  hid_t a = open_attr(obj, name);
+  hid_t ft = H5Aget_type(a);
+  EXPECT_EQ(H5Tget_class(ft), H5T_INTEGER) << name;
+  hid_t sp = H5Aget_space(a);
+  std::vector<int64_t> v(static_cast<size_t>(H5Sget_simple_extent_npoints(sp)));
+  EXPECT_GE(H5Aread(a, H5T_NATIVE_INT64, v.data()), 0);
+  H5Sclose(sp);
+  H5Tclose(ft);
+  H5Aclose(a);
+  return v;
+}
+
 template <class T>
 std::vector<T> dataset(hid_t loc, const std::string& name, hid_t mem_type, std::vector<hsize_t>* dims) {
   hid_t d = H5Dopen2(loc, name.c_str(), H5P_DEFAULT);
@@ -164,6 +177,8 @@ Provenance make_prov() {
   p.world_size = 4;
   p.hosts = {"node0", "node0", "node0", "node0"};
   p.devices = {"sim:0", "sim:1", "sim:2", "sim:3"};
+  p.node_of_rank = {0, 0, 1, 1};
+  p.node_layout = "2 nodes x 2 ranks (declared: --ranks-per-node 2)";
   p.versions = {{"mpi", "Open MPI 4.1"}, {"hdf5", "1.10.8"}, {"kokkos", "3.4.1"}};
   return p;
 }
@@ -224,6 +239,8 @@ TEST(Report, WrittenAndReadBackWithPlainHdf5) {
   EXPECT_EQ(attr_strings(f, "cases"), (std::vector<std::string>{"small-bf16", "tiny-dump"}));
   EXPECT_EQ(attr_strings(f, "hosts"), prov.hosts);
   EXPECT_EQ(attr_strings(f, "devices"), prov.devices);
+  EXPECT_EQ(attr_ints(f, "node_of_rank"), prov.node_of_rank);
+  EXPECT_EQ(attr_string(f, "node_layout"), prov.node_layout);
   hid_t vg = H5Gopen2(f, "versions", H5P_DEFAULT);
   ASSERT_GE(vg, 0);
   for (const auto& [k, v] : prov.versions) EXPECT_EQ(attr_string(vg, k), v);
