@@ -69,12 +69,6 @@ NodeInfo node_info(MPI_Comm comm) {
   return NodeInfo{owned.rank(), owned.size()};
 }
 
-bool all_on_one_node(MPI_Comm comm) {
-  int size = 0;
-  UIPC_MPI_CHECK(MPI_Comm_size(comm, &size));
-  return node_info(comm).local_size == size;
-}
-
 std::vector<int> world_ranks(MPI_Comm comm) {
   MPI_Group g, w;
   UIPC_MPI_CHECK(MPI_Comm_group(comm, &g));

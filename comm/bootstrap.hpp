@@ -41,8 +41,6 @@ struct NodeInfo {
   int local_size = 1;
 };
 NodeInfo node_info(MPI_Comm comm);
-// True when every rank of `comm` runs on the same node.
-bool all_on_one_node(MPI_Comm comm);
 // The MPI_COMM_WORLD rank of every rank of `comm` (local, no messages): what messages
 // about a peer name.
 std::vector<int> world_ranks(MPI_Comm comm);

@@ -8,10 +8,22 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/device.hpp"
 
 namespace uipc {
+
+// One peer's part of a grouped point-to-point exchange: `send_bytes` from `send` go to
+// `peer`, and `recv_bytes` from `peer` land at `recv` (either may be 0: nothing that way).
+// The peer's matching transfer names us with the sizes swapped.
+struct PeerTransfer {
+  int peer = 0;
+  const void* send = nullptr;
+  size_t send_bytes = 0;
+  void* recv = nullptr;
+  size_t recv_bytes = 0;
+};
 
 class Collectives {
  public:
@@ -22,6 +34,10 @@ class Collectives {
   // send holds size() chunks of bytes_per_peer; chunk p goes to rank p, whose chunk
   // from us lands at recv + rank()*bytes_per_peer. Ordered on s.
   virtual void all_to_all(Stream& s, const void* send, void* recv, size_t bytes_per_peer) = 0;
+  // Every transfer at once (NCCL: one group of sends and receives; MPI: non-blocking
+  // point to point, bounded by the device watchdog). Ordered on s. The all-to-all-v of
+  // the hierarchical transport's inter-node phase: one message per peer, any sizes.
+  virtual void send_recv(Stream& s, const std::vector<PeerTransfer>& transfers) = 0;
   // In place: buf[i] = sum over ranks of buf[i], fp32. Ordered on s.
   virtual void all_reduce_sum_f32(Stream& s, float* buf, size_t n) = 0;
 };

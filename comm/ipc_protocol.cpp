@@ -112,9 +112,11 @@ SharedTarget& TargetCache::get(const TargetKey& key, size_t bytes, const std::fu
   // A miss is collective: every rank must miss on the same key at the same point.
   set_activity("in a target-cache miss (collective)");
   ++stats_.cache_misses;
-  const int me = comm_.rank(), peers = comm_.size();
+  int me = 0, peers = 1;
+  UIPC_MPI_CHECK(MPI_Comm_rank(agree_, &me));
+  UIPC_MPI_CHECK(MPI_Comm_size(agree_, &peers));
   std::vector<TargetKey> keys(peers);
-  allgather_bounded(comm_.get(), &key, sizeof(key), keys.data(), dev_.watchdog_seconds(),
+  allgather_bounded(agree_, &key, sizeof(key), keys.data(), dev_.watchdog_seconds(),
                     "the target-cache miss for " + key.describe());
   for (int r = 0; r < peers; ++r) {
     if (!(keys[r] == key))

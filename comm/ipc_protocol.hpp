@@ -60,13 +60,16 @@ struct SharedTarget {
 };
 
 // Targets by key, bounded to `capacity` entries, reused across layers and steps. A miss
-// is collective (every rank must miss on the same key at the same point, checked); an
-// eviction drains what may still touch the victim (`quiesce`), then importers close
-// before exporters free.
+// is collective (every rank must miss on the same key at the same point, checked over
+// `agree`: the group whose submissions must match, `comm` itself unless a transport
+// spans more than the ranks that share the memory); an eviction drains what may still
+// touch the victim (`quiesce`), then importers close before exporters free.
 class TargetCache {
  public:
-  TargetCache(Device& dev, const MpiComm& comm, MappingPath& path, int capacity, TransportStats& stats)
-      : dev_(dev), comm_(comm), path_(path), capacity_(capacity < 1 ? 1 : capacity), stats_(stats) {}
+  TargetCache(Device& dev, const MpiComm& comm, MappingPath& path, int capacity, TransportStats& stats,
+              MPI_Comm agree = MPI_COMM_NULL)
+      : dev_(dev), comm_(comm), path_(path), capacity_(capacity < 1 ? 1 : capacity), stats_(stats),
+        agree_(agree == MPI_COMM_NULL ? comm.get() : agree) {}
   // The target for `key`, `bytes` long on every rank. `quiesce` runs before an eviction:
   // no copy of this rank into a peer's target, nor its consumer's read, may be in flight.
   SharedTarget& get(const TargetKey& key, size_t bytes, const std::function<void()>& quiesce);
@@ -81,6 +84,7 @@ class TargetCache {
   MappingPath& path_;
   int capacity_;
   TransportStats& stats_;
+  MPI_Comm agree_;
   std::vector<SharedTarget> cache_;
   uint64_t use_clock_ = 0;
 };

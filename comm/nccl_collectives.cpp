@@ -151,6 +151,30 @@ class NcclCollectives : public Collectives {
     UIPC_CHECK(stream != nullptr, "NCCL collectives need a CUDA stream");
     enqueued(ncclAlltoAll(send, recv, bytes_per_peer, ncclUint8, comm_, stream), "ncclAlltoAll");
   }
+  void send_recv(Stream& s, const std::vector<PeerTransfer>& transfers) override {
+    auto stream = static_cast<cudaStream_t>(s.native());
+    UIPC_CHECK(stream != nullptr, "NCCL collectives need a CUDA stream");
+    // One group: NCCL pairs each send with the peer's receive, whatever the order.
+    UIPC_NCCL_CHECK(ncclGroupStart());
+    for (const PeerTransfer& t : transfers) {
+      UIPC_CHECK(t.peer >= 0 && t.peer < size_, "send_recv: no peer " + std::to_string(t.peer));
+      if (t.send_bytes > 0) {
+        const ncclResult_t r = ncclSend(t.send, t.send_bytes, ncclUint8, t.peer, comm_, stream);
+        if (r != ncclSuccess && r != ncclInProgress) {
+          ncclGroupEnd();
+          throw_library_error("NCCL", nccl_error_string(r), "ncclSend", __FILE__, __LINE__);
+        }
+      }
+      if (t.recv_bytes > 0) {
+        const ncclResult_t r = ncclRecv(t.recv, t.recv_bytes, ncclUint8, t.peer, comm_, stream);
+        if (r != ncclSuccess && r != ncclInProgress) {
+          ncclGroupEnd();
+          throw_library_error("NCCL", nccl_error_string(r), "ncclRecv", __FILE__, __LINE__);
+        }
+      }
+    }
+    enqueued(ncclGroupEnd(), "ncclGroupEnd (send/recv)");
+  }
   void all_reduce_sum_f32(Stream& s, float* buf, size_t n) override {
     auto stream = static_cast<cudaStream_t>(s.native());
     UIPC_CHECK(stream != nullptr, "NCCL collectives need a CUDA stream");

@@ -1,6 +1,6 @@
-// Transport selection (ipc -> nccl, vmm -> nccl: first that can serve), IPC and vmm
-// eligibility, and the
-// MPI collectives that stand in for NCCL on the host device.
+// Transport selection (ipc -> nccl, vmm -> nccl, hier -> ipc on one node -> nccl: first
+// that can serve), IPC and vmm eligibility, and the MPI collectives that stand in for
+// NCCL on the host device.
 #include "comm/transport.hpp"
 
 #include <cstdlib>
@@ -8,6 +8,7 @@
 #include "base/error.hpp"
 #include "comm/bootstrap.hpp"
 #include "comm/collectives.hpp"
+#include "comm/nodes.hpp"
 
 namespace uipc {
 
@@ -45,18 +46,17 @@ std::string agree_on_reason(MPI_Comm group, const std::string& reason, double ti
 
 }  // namespace
 
-std::string vmm_ineligible_reason(Device& dev, MPI_Comm group) {
-  std::string why = ipc_ineligible_reason(dev, group);  // collective; the same on every rank
+std::string vmm_ineligible_reason(Device& dev, MPI_Comm group, const NodeLayout& group_nodes) {
+  std::string why = ipc_ineligible_reason(dev, group, group_nodes);  // collective; the same on every rank
   if (!why.empty()) return why;
   std::string reason = forced_reason(kForceVmmIneligibleEnv);
   if (reason.empty()) reason = dev.vmm_ineligible_reason();
   return agree_on_reason(group, reason, dev.watchdog_seconds());
 }
 
-std::string ipc_ineligible_reason(Device& dev, MPI_Comm group) {
+std::string ipc_ineligible_reason(Device& dev, MPI_Comm group, const NodeLayout& group_nodes) {
   // The collectives first, on every rank whatever it finds itself: a rank that skipped
   // one because of its own reason would leave the others waiting in it.
-  const bool one_node = all_on_one_node(group);
   int size = 0;
   UIPC_MPI_CHECK(MPI_Comm_size(group, &size));
   std::vector<int> ords(size);
@@ -64,30 +64,59 @@ std::string ipc_ineligible_reason(Device& dev, MPI_Comm group) {
   allgather_bounded(group, &ord, sizeof(int), ords.data(), dev.watchdog_seconds(), "the peer-access check");
 
   std::string reason = forced_reason(kForceIneligibleEnv);
-  if (reason.empty() && !one_node) reason = "the Ulysses group spans several nodes";
+  UIPC_CHECK(group_nodes.size() == size, "ipc_ineligible_reason: the node layout is not the group's");
+  if (reason.empty() && !group_nodes.one_node())
+    reason = "the Ulysses group spans " + std::to_string(group_nodes.nodes()) + " nodes (" + group_nodes.source() + ")";
   if (reason.empty()) reason = dev.ipc_ineligible_reason();
   for (size_t i = 0; reason.empty() && i < ords.size(); ++i) reason = dev.peer_ineligible_reason(ords[i]);
   // Agree: the first non-empty reason by rank order wins on every rank.
   return agree_on_reason(group, reason, dev.watchdog_seconds());
 }
 
-SelectedTransport select_transport(const std::string& requested, Device& dev, MPI_Comm group,
-                                   Collectives& coll, int cache_capacity) {
+SelectedTransport select_transport(const std::string& requested, const TransportSetup& setup) {
+  Device& dev = setup.dev;
   SelectedTransport sel;
-  if (requested == "ipc" || requested == "vmm") {
-    const bool vmm = requested == "vmm";
-    std::string why = vmm ? vmm_ineligible_reason(dev, group) : ipc_ineligible_reason(dev, group);
+  // ipc or vmm where eligible (else null and why not).
+  auto try_ipc = [&](const std::string& name, std::string* why) -> std::unique_ptr<Transport> {
+    const bool vmm = name == "vmm";
+    *why = vmm ? vmm_ineligible_reason(dev, setup.group, setup.group_nodes)
+               : ipc_ineligible_reason(dev, setup.group, setup.group_nodes);
+    if (!why->empty()) return nullptr;
+    return vmm ? make_vmm_transport(dev, setup.group, setup.cache_capacity)
+               : make_ipc_transport(dev, setup.group, setup.cache_capacity);
+  };
+  std::string why;
+  if (requested == "hier") {
+    why = hier_ineligible_reason(dev, setup.group, setup.group_nodes);
     if (why.empty()) {
-      sel.transport =
-          vmm ? make_vmm_transport(dev, group, cache_capacity) : make_ipc_transport(dev, group, cache_capacity);
+      sel.transport = make_hier_transport(dev, setup.group, setup.group_nodes, setup.make_collectives,
+                                          setup.cache_capacity, setup.hier_chunks);
+      sel.used = "hier";
+      return sel;
+    }
+    if (setup.group_nodes.one_node()) {
+      // On one node hier is the IPC transport.
+      sel.transport = try_ipc("ipc", &why);
+      if (sel.transport) {
+        sel.used = "ipc";
+        sel.fallback_reason = "hier: the Ulysses group is on one node, where the ipc transport serves it";
+        return sel;
+      }
+      sel.fallback_reason = "hier on one node is ipc, and ipc is not eligible: " + why;
+    } else {
+      sel.fallback_reason = "hier not eligible: " + why;
+    }
+  } else if (requested == "ipc" || requested == "vmm") {
+    sel.transport = try_ipc(requested, &why);
+    if (sel.transport) {
       sel.used = requested;
       return sel;
     }
     sel.fallback_reason = requested + " not eligible: " + why;
   } else if (requested != "nccl") {
-    throw InputError("unknown transport '" + requested + "' (allowed: nccl, ipc, vmm)");
+    throw InputError("unknown transport '" + requested + "' (allowed: nccl, ipc, vmm, hier)");
   }
-  sel.transport = make_nccl_transport(dev, coll);
+  sel.transport = make_nccl_transport(dev, setup.coll);
   sel.used = "nccl";
   return sel;
 }
@@ -98,7 +127,7 @@ namespace {
 
 class MpiCollectives : public Collectives {
  public:
-  MpiCollectives(MPI_Comm c, Device& dev) : comm_(dup_comm(c)), dev_(dev) {}
+  MpiCollectives(MPI_Comm c, Device& dev) : comm_(dup_comm(c)), dev_(dev), world_rank_(world_ranks(c)) {}
   std::string name() const override { return "mpi"; }
   int size() const override { return comm_.size(); }
   int rank() const override { return comm_.rank(); }
@@ -112,6 +141,40 @@ class MpiCollectives : public Collectives {
     alltoall_bounded(comm_.get(), out.data(), in.data(), bytes_per_peer, dev_.watchdog_seconds(),
                      "the all-to-all of the nccl transport (MPI emulation)");
     dev_.copy_to_device(recv, in.data(), total);
+  }
+
+  void send_recv(Stream& s, const std::vector<PeerTransfer>& transfers) override {
+    s.synchronize();  // the bytes are final once the stream has drained
+    std::vector<std::vector<unsigned char>> out(transfers.size()), in(transfers.size());
+    std::vector<MPI_Request> reqs;
+    std::vector<int> peer_of;  // world ranks: what a timeout names
+    reqs.reserve(2 * transfers.size());
+    for (size_t i = 0; i < transfers.size(); ++i) {
+      const PeerTransfer& t = transfers[i];
+      UIPC_CHECK(t.send_bytes <= static_cast<size_t>(INT32_MAX) && t.recv_bytes <= static_cast<size_t>(INT32_MAX),
+                 "point-to-point message too large for MPI");
+      UIPC_CHECK(t.peer >= 0 && t.peer < size(), "send_recv: no peer " + std::to_string(t.peer));
+      if (t.recv_bytes == 0) continue;
+      in[i].resize(t.recv_bytes);
+      reqs.emplace_back();
+      UIPC_MPI_CHECK(MPI_Irecv(in[i].data(), static_cast<int>(t.recv_bytes), MPI_BYTE, t.peer, kSendRecvTag,
+                               comm_.get(), &reqs.back()));
+      peer_of.push_back(world_rank_[static_cast<size_t>(t.peer)]);
+    }
+    for (size_t i = 0; i < transfers.size(); ++i) {
+      const PeerTransfer& t = transfers[i];
+      if (t.send_bytes == 0) continue;
+      out[i].resize(t.send_bytes);
+      dev_.copy_to_host(out[i].data(), t.send, t.send_bytes);
+      reqs.emplace_back();
+      UIPC_MPI_CHECK(MPI_Isend(out[i].data(), static_cast<int>(t.send_bytes), MPI_BYTE, t.peer, kSendRecvTag,
+                               comm_.get(), &reqs.back()));
+      peer_of.push_back(world_rank_[static_cast<size_t>(t.peer)]);
+    }
+    wait_bounded(reqs.data(), static_cast<int>(reqs.size()), dev_.watchdog_seconds(),
+                 "the point-to-point exchange of the inter-node phase (MPI)", peer_of);
+    for (size_t i = 0; i < transfers.size(); ++i)
+      if (transfers[i].recv_bytes > 0) dev_.copy_to_device(transfers[i].recv, in[i].data(), transfers[i].recv_bytes);
   }
 
   void all_reduce_sum_f32(Stream& s, float* buf, size_t n) override {
@@ -136,8 +199,10 @@ class MpiCollectives : public Collectives {
   }
 
  private:
+  static constexpr int kSendRecvTag = 11;  // apart from the all-to-all's
   MpiComm comm_;
   Device& dev_;
+  std::vector<int> world_rank_;
 };
 
 }  // namespace

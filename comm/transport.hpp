@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -79,6 +80,10 @@ class Transport {
 // --- the transports, and the selection that walks ipc -> nccl (vmm -> nccl)
 
 class Collectives;
+struct NodeLayout;  // comm/nodes.hpp
+// Makes the collectives over a communicator (NCCL on GPUs where it can run, else MPI):
+// for the groups a transport forms itself (hier's rails).
+using CollectivesFactory = std::function<std::unique_ptr<Collectives>(MPI_Comm)>;
 
 // The NCCL baseline: pack head slices, all-to-all over `coll`, unpack. One all-to-all
 // per group (its submissions are packed together at the barrier).
@@ -95,12 +100,27 @@ std::unique_ptr<Transport> make_ipc_transport(Device& dev, MPI_Comm group, int c
 // (comm/fd_exchange.hpp). Its name() is "vmm".
 std::unique_ptr<Transport> make_vmm_transport(Device& dev, MPI_Comm group, int cache_capacity);
 
-// Why the IPC transport cannot serve `group` ("" = it can). Collective over group: all
-// ranks get the same answer.
-std::string ipc_ineligible_reason(Device& dev, MPI_Comm group);
+// Why the IPC transport cannot serve `group` ("" = it can); `group_nodes` is the node
+// layout of the group's ranks (NodeLayout::of). Collective over group: all ranks get the
+// same answer.
+std::string ipc_ineligible_reason(Device& dev, MPI_Comm group, const NodeLayout& group_nodes);
 // Why the vmm transport cannot serve `group` ("" = it can): the IPC checks plus
 // Device::vmm_ineligible_reason() on every rank. Collective over group.
-std::string vmm_ineligible_reason(Device& dev, MPI_Comm group);
+std::string vmm_ineligible_reason(Device& dev, MPI_Comm group, const NodeLayout& group_nodes);
+
+// The hierarchical transport (comm/hier_transport.cpp) over a group that spans N >= 2
+// nodes of L consecutive ranks each (`group_nodes`, NodeLayout::equal_blocks): an
+// intra-node IPC phase gathers on each rank what its same-index peers on the other
+// nodes need, an inter-node phase over collectives between ranks of the same local
+// index (made by `make_collectives`: one message per remote node) puts it straight into
+// the final layout, pipelined in `chunks` token ranges per batch. Its name() is "hier".
+std::unique_ptr<Transport> make_hier_transport(Device& dev, MPI_Comm group, const NodeLayout& group_nodes,
+                                               const CollectivesFactory& make_collectives, int cache_capacity,
+                                               int chunks);
+// Why the hierarchical transport cannot serve `group` ("" = it can): one node (where
+// `ipc` serves), nodes that are not equal consecutive blocks, or the IPC checks inside a
+// node. Collective over group.
+std::string hier_ineligible_reason(Device& dev, MPI_Comm group, const NodeLayout& group_nodes);
 
 struct SelectedTransport {
   std::unique_ptr<Transport> transport;
@@ -108,11 +128,22 @@ struct SelectedTransport {
   std::string fallback_reason;  // why it is not the requested one ("" = it is)
 };
 
-// Walks the ordered list for `requested` ("ipc": ipc, then nccl; "vmm": vmm, then nccl;
-// "nccl": nccl) and
-// takes the first that can serve. Collective over group. Throws InputError for an
-// unknown name. Called before any group starts, so a fallback never happens mid-group.
-SelectedTransport select_transport(const std::string& requested, Device& dev, MPI_Comm group,
-                                   Collectives& coll, int cache_capacity);
+// What selecting a transport for a Ulysses group needs.
+struct TransportSetup {
+  Device& dev;
+  MPI_Comm group;
+  const NodeLayout& group_nodes;      // the group's ranks' nodes (NodeLayout::of)
+  Collectives& coll;                  // over the group (the nccl transport's data path)
+  CollectivesFactory make_collectives;  // for the sub-groups a transport forms (hier)
+  int cache_capacity = 12;            // IPC target cache entries
+  int hier_chunks = 4;                // token chunks per batch of hier's pipeline
+};
+
+// Walks the ordered list for `requested` and takes the first that can serve:
+//   ipc: ipc, nccl;   vmm: vmm, nccl;   nccl: nccl;
+//   hier: hier (a group over several nodes), ipc (a group on one node), nccl.
+// Collective over the group. Throws InputError for an unknown name. Called before any
+// group starts, so a fallback never happens mid-group.
+SelectedTransport select_transport(const std::string& requested, const TransportSetup& setup);
 
 }  // namespace uipc

@@ -14,6 +14,7 @@
 #include "base/error.hpp"
 #include "git_rev.h"
 #include "comm/bootstrap.hpp"
+#include "comm/nodes.hpp"
 #include "lib/layout.hpp"
 #include "lib/deck_wire.hpp"
 #include "lib/pipeline.hpp"
@@ -199,6 +200,10 @@ int run_deck(const RunOptions& opt) {
 
   Backend be;
   collective_phase(MPI_COMM_WORLD, [&] { be = make_backend(opt.backend, MPI_COMM_WORLD); });
+  // The one node layout of the run: eligibility and the report read it.
+  NodeLayout nodes;
+  collective_phase(MPI_COMM_WORLD,
+                   [&] { nodes = discover_nodes(MPI_COMM_WORLD, opt.ranks_per_node, be.device->watchdog_seconds()); });
 
   // Before anything is allocated: does every case fit? On GPUs each rank has its own
   // device memory; in simulation every rank of a node shares the node's memory, so the
@@ -233,6 +238,8 @@ int run_deck(const RunOptions& opt) {
   prov.hosts = allgather_strings(MPI_COMM_WORLD, host_name(), be.device->watchdog_seconds(), "the provenance");
   prov.devices =
       allgather_strings(MPI_COMM_WORLD, be.device->name(), be.device->watchdog_seconds(), "the provenance");
+  prov.node_of_rank.assign(nodes.node_of.begin(), nodes.node_of.end());
+  prov.node_layout = nodes.describe();
   prov.versions["ulysses-ipc"] = ULYSSES_VERSION;
   prov.versions["mpi"] = mpi_version();
   if (!opt.kokkos_version.empty()) prov.versions["kokkos"] = opt.kokkos_version;
@@ -241,6 +248,7 @@ int run_deck(const RunOptions& opt) {
 
   out.line("ulysses-ipc %s: %d rank(s), mode %s, deck %s (%zu case(s) to run)\n", ULYSSES_GIT_REV, world,
            be.mode.c_str(), opt.deck_path.c_str(), todo.size());
+  if (!nodes.one_node() || nodes.declared_ranks_per_node > 0) out.line("nodes: %s\n", nodes.describe().c_str());
 
   std::vector<CaseResult> results;
   bool all_pass = true;
@@ -253,8 +261,11 @@ int run_deck(const RunOptions& opt) {
     Layout l = make_layout(c, world, rank);
     MpiComm ucomm = split_comm(MPI_COMM_WORLD, l.ulysses_group(), rank);
     MpiComm tcomm = split_comm(MPI_COMM_WORLD, l.tp_group(), rank);
+    const NodeLayout unodes = nodes.of(ucomm.get(), MPI_COMM_WORLD);
     auto ucoll = be.make_collectives(ucomm.get());
     auto tcoll = l.tp > 1 ? be.make_collectives(tcomm.get()) : nullptr;
+    TransportSetup setup{*be.device, ucomm.get(), unodes, *ucoll,
+                         [&be](MPI_Comm c) { return be.make_collectives(c); }, opt.cache_capacity};
 
     HostLayerData host = generate_layer_data(c, l);
     LayerData data = upload_layer_data(*be.device, c, l, host);
@@ -272,7 +283,7 @@ int run_deck(const RunOptions& opt) {
       for (const auto& sname : c.schedules) {
         Schedule sched = make_schedule(sname, c.fused_qkv);
         set_activity("selecting the scatter transport");
-        SelectedTransport sel = select_transport(tname, *be.device, ucomm.get(), *ucoll, opt.cache_capacity);
+        SelectedTransport sel = select_transport(tname, setup);
         // The output gather: NCCL (the seed measured it faster) unless asked otherwise or
         // unusable; IPC reuses the scatter's transport when that is ipc or vmm (the same
         // protocol), and the report then names the one that carried it.
@@ -284,7 +295,7 @@ int run_deck(const RunOptions& opt) {
           gather = sel.transport.get();
           gather_name = sel.used;
         } else {
-          SelectedTransport g = select_transport(gather_name, *be.device, ucomm.get(), *ucoll, opt.cache_capacity);
+          SelectedTransport g = select_transport(gather_name, setup);
           gather_name = g.used;
           own_gather = std::move(g.transport);
           gather = own_gather.get();
@@ -351,6 +362,7 @@ int run_deck(const RunOptions& opt) {
         TransportStats st = sel.transport->stats();
         const int64_t layers = static_cast<int64_t>(c.repeats) * (c.warmup + c.iterations);
         rr.handshakes_per_layer = static_cast<int>(st.handshakes / std::max<int64_t>(1, layers));
+        rr.ulysses_nodes = unodes.nodes();
         rr.cache_hits = st.cache_hits;
         rr.cache_misses = st.cache_misses;
         rr.cache_evictions = st.cache_evictions;

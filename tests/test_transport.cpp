@@ -26,6 +26,7 @@
 #include "comm/exchange_geometry.hpp"
 #include "comm/fd_exchange.hpp"
 #include "comm/host_device.hpp"
+#include "comm/nodes.hpp"
 #include "comm/transport.hpp"
 
 using namespace uipc;
@@ -61,13 +62,33 @@ struct Fixture {
   std::unique_ptr<Device> dev;
   std::unique_ptr<Stream> compute;
   std::unique_ptr<Collectives> coll;
+  NodeLayout nodes;  // of the world: the host's one shared-memory node
+  NodeLayout hier_nodes;  // the declared nodes of a hier transport made here
   Fixture(double watchdog = 20.0) {
     dev = make_host_device(world_rank());
     dev->set_watchdog_seconds(watchdog);
     compute = dev->create_stream(StreamPriority::kNormal);
     coll = make_mpi_collectives(MPI_COMM_WORLD, *dev);
+    nodes = discover_nodes(MPI_COMM_WORLD, 0, watchdog);
   }
-  std::unique_ptr<Transport> make(const std::string& name, int capacity = 12) {
+  TransportSetup setup(const NodeLayout& layout, int chunks = 4) {
+    TransportSetup st{*dev, MPI_COMM_WORLD, layout, *coll,
+                      [this](MPI_Comm c) { return make_mpi_collectives(c, *dev); }, 12};
+    st.hier_chunks = chunks;
+    return st;
+  }
+  // "hier": 2 declared nodes (P/2 ranks each; one node at 1 rank, where hier is ipc);
+  // "hier1": one rank per declared node.
+  std::unique_ptr<Transport> make(const std::string& name, int capacity = 12, int chunks = 4) {
+    if (name == "hier" || name == "hier1") {
+      const int P = world_size();
+      hier_nodes = discover_nodes(MPI_COMM_WORLD, name == "hier1" ? 1 : (P % 2 == 0 ? std::max(1, P / 2) : P), 20);
+      TransportSetup st = setup(hier_nodes, chunks);
+      st.cache_capacity = capacity;
+      SelectedTransport sel = select_transport("hier", st);
+      EXPECT_EQ(sel.used, P > 1 ? "hier" : "ipc") << sel.fallback_reason;
+      return std::move(sel.transport);
+    }
     if (name == "ipc") return make_ipc_transport(*dev, MPI_COMM_WORLD, capacity);
     if (name == "vmm") return make_vmm_transport(*dev, MPI_COMM_WORLD, capacity);
     return make_nccl_transport(*dev, *coll);
@@ -232,7 +253,7 @@ TEST_P(TransportTest, SixtyFourSkewedGroupsReuseCachedTargets) {
   f.finish(*tr);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, TransportTest, ::testing::Values("nccl", "ipc", "vmm"),
+INSTANTIATE_TEST_SUITE_P(Transports, TransportTest, ::testing::Values("nccl", "ipc", "vmm", "hier", "hier1"),
                          [](const auto& info) { return info.param; });
 
 // The IPC protocol's own mechanisms, on both mapping paths (ipc: handles over MPI; vmm:
@@ -293,23 +314,96 @@ TEST_P(IpcProtocolTest, SlowConsumerNeverSeesItsTargetOverwritten) {
   f.finish(*tr);
 }
 
-INSTANTIATE_TEST_SUITE_P(MappingPaths, IpcProtocolTest, ::testing::Values("ipc", "vmm"),
+INSTANTIATE_TEST_SUITE_P(MappingPaths, IpcProtocolTest, ::testing::Values("ipc", "vmm", "hier"),
                          [](const auto& info) { return info.param; });
 
 // Fallback happens before any group starts and says why.
 TEST(TransportSelection, FallsBackToNcclWhenIpcIsIneligible) {
   Fixture f;
   setenv("ULYSSES_IPC_FORCE_INELIGIBLE", "test", 1);
-  SelectedTransport sel = select_transport("ipc", *f.dev, MPI_COMM_WORLD, *f.coll, 12);
+  SelectedTransport sel = select_transport("ipc", f.setup(f.nodes));
   unsetenv("ULYSSES_IPC_FORCE_INELIGIBLE");
   EXPECT_EQ(sel.used, "nccl");
   EXPECT_NE(sel.fallback_reason.find("test"), std::string::npos) << sel.fallback_reason;
-  SelectedTransport ok = select_transport("ipc", *f.dev, MPI_COMM_WORLD, *f.coll, 12);
+  SelectedTransport ok = select_transport("ipc", f.setup(f.nodes));
   EXPECT_EQ(ok.used, "ipc");
   EXPECT_TRUE(ok.fallback_reason.empty());
-  EXPECT_THROW(select_transport("carrier-pigeon", *f.dev, MPI_COMM_WORLD, *f.coll, 12), InputError);
+  EXPECT_THROW(select_transport("carrier-pigeon", f.setup(f.nodes)), InputError);
   ok.transport->close_peer_mappings();
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// The node layout: the host's shared-memory node, declared blocks of consecutive ranks,
+// and the layout of a sub-group (renumbered nodes, local indices among its own ranks).
+TEST(Nodes, SharedMemoryAndDeclaredBlocks) {
+  const int P = world_size(), me = world_rank();
+  NodeLayout real = discover_nodes(MPI_COMM_WORLD, 0, 20);
+  ASSERT_EQ(real.size(), P);
+  EXPECT_TRUE(real.one_node()) << real.describe();  // every rank of a test runs on this host
+  EXPECT_EQ(real.local_index[static_cast<size_t>(me)], me);
+  EXPECT_EQ(real.declared_ranks_per_node, 0);
+  NodeLayout ones = discover_nodes(MPI_COMM_WORLD, 1, 20);
+  EXPECT_EQ(ones.nodes(), P);
+  EXPECT_TRUE(ones.equal_blocks());
+  EXPECT_NE(ones.describe().find("--ranks-per-node 1"), std::string::npos) << ones.describe();
+  if (P == 4) {
+    NodeLayout two = discover_nodes(MPI_COMM_WORLD, 2, 20);
+    EXPECT_EQ(two.node_of, (std::vector<int>{0, 0, 1, 1}));
+    EXPECT_EQ(two.local_index, (std::vector<int>{0, 1, 0, 1}));
+    EXPECT_EQ(two.describe(), "2 nodes x 2 ranks (declared: --ranks-per-node 2)");
+    // The even ranks {0, 2}: one rank on each declared node.
+    MpiComm even = split_comm(MPI_COMM_WORLD, me % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3}, me);
+    NodeLayout sub = two.of(even.get(), MPI_COMM_WORLD);
+    EXPECT_EQ(sub.node_of, (std::vector<int>{0, 1}));
+    EXPECT_EQ(sub.local_index, (std::vector<int>{0, 0}));
+    EXPECT_TRUE(sub.equal_blocks());
+    // {0, 1} of the world restricted: one node.
+    MpiComm low = split_comm(MPI_COMM_WORLD, me < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, me);
+    EXPECT_TRUE(two.of(low.get(), MPI_COMM_WORLD).one_node());
+    // Declared nodes must divide the world (the same error on every rank).
+    try {
+      discover_nodes(MPI_COMM_WORLD, 3, 20);
+      ADD_FAILURE() << "3 ranks per node of 4 ranks must be refused";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("not a multiple"), std::string::npos) << e.what();
+    }
+  }
+  NodeLayout unequal;
+  unequal.node_of = {0, 0, 1};
+  unequal.local_index = {0, 1, 0};
+  EXPECT_EQ(unequal.ranks_per_node(), 0);
+  EXPECT_FALSE(unequal.equal_blocks());
+  NodeLayout interleaved;  // round-robin placement: equal counts, not blocks
+  interleaved.node_of = {0, 1, 0, 1};
+  interleaved.local_index = {0, 0, 1, 1};
+  EXPECT_EQ(interleaved.ranks_per_node(), 2);
+  EXPECT_FALSE(interleaved.equal_blocks());
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// A group that spans declared nodes is not eligible for IPC: the run falls back to nccl
+// before any group starts, saying so, and the fallback is exact.
+TEST(TransportSelection, IpcIsIneligibleAcrossDeclaredNodes) {
+  const int P = world_size(), me = world_rank();
+  if (P < 2) GTEST_SKIP() << "needs 2 ranks or more";
+  Fixture f;
+  NodeLayout apart = discover_nodes(MPI_COMM_WORLD, 1, 20);
+  for (const char* name : {"ipc", "vmm"}) {
+    SelectedTransport sel = select_transport(name, f.setup(apart));
+    EXPECT_EQ(sel.used, "nccl") << name;
+    EXPECT_NE(sel.fallback_reason.find("spans " + std::to_string(P) + " nodes (declared: --ranks-per-node 1)"),
+              std::string::npos)
+        << sel.fallback_reason;
+    const uint64_t seed = shared_seed();
+    ExchangeShape s{1, 3, P, 4, DType::kBF16};
+    DeviceBuffer b = upload(*f.dev, make_source(seed, 1, s, me, s.heads * s.head_dim, 0));
+    auto e = sel.transport->submit(Submission{Tag::kQ, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
+    e->wait(*f.compute);
+    f.compute->synchronize();
+    ASSERT_EQ(read_back(*f.dev, e->data(), static_cast<size_t>(exchange_result_elems(s))),
+              expected_scatter(seed, 1, s, me, P));
+    f.finish(*sel.transport);
+  }
 }
 
 // One rank alone ineligible (its own GPU lacks something): the check is collective on
@@ -319,7 +413,7 @@ TEST(TransportSelection, OneIneligibleRankMakesEveryRankFallBack) {
   if (P < 2) GTEST_SKIP() << "needs 2 ranks or more";
   Fixture f(5.0);
   if (me == P - 1) setenv("ULYSSES_IPC_FORCE_INELIGIBLE", "only here", 1);
-  SelectedTransport sel = select_transport("ipc", *f.dev, MPI_COMM_WORLD, *f.coll, 12);
+  SelectedTransport sel = select_transport("ipc", f.setup(f.nodes));
   unsetenv("ULYSSES_IPC_FORCE_INELIGIBLE");
   EXPECT_EQ(sel.used, "nccl");
   EXPECT_NE(sel.fallback_reason.find("rank " + std::to_string(P - 1) + " of the group: forced by"), std::string::npos)
@@ -352,6 +446,7 @@ TEST_P(IpcProtocolTest, FailureAfterGroupStartIsRaised) {
 TEST_P(IpcProtocolTest, WatchdogNamesAPeerThatNeverArrives) {
   const int P = world_size(), me = world_rank();
   if (P < 2) GTEST_SKIP() << "needs 2 ranks or more";
+  if (GetParam() == "hier") GTEST_SKIP() << "hier's own test: HierTransport.AnAbsentPeerOnEitherSideOfTheLinkIsNamed";
   Fixture f(1.0);
   DeviceBuffer b = f.dev->alloc(1 << 16);  // declared first: freed after the transport drains its copies
   auto tr = f.make(GetParam());
@@ -387,8 +482,8 @@ TEST_P(IpcProtocolTest, WatchdogNamesAPeerThatNeverArrives) {
 TEST(TransportSelection, VmmFallsBackToNcclWhenIneligible) {
   Fixture f;
   setenv("ULYSSES_VMM_FORCE_INELIGIBLE", "no vmm here", 1);
-  SelectedTransport vmm_off = select_transport("vmm", *f.dev, MPI_COMM_WORLD, *f.coll, 12);
-  SelectedTransport ipc_on = select_transport("ipc", *f.dev, MPI_COMM_WORLD, *f.coll, 12);
+  SelectedTransport vmm_off = select_transport("vmm", f.setup(f.nodes));
+  SelectedTransport ipc_on = select_transport("ipc", f.setup(f.nodes));
   unsetenv("ULYSSES_VMM_FORCE_INELIGIBLE");
   EXPECT_EQ(vmm_off.used, "nccl");
   EXPECT_EQ(vmm_off.transport->name(), "nccl");
@@ -397,18 +492,18 @@ TEST(TransportSelection, VmmFallsBackToNcclWhenIneligible) {
   EXPECT_EQ(ipc_on.used, "ipc") << "the vmm check must not take ipc down";
 
   setenv("ULYSSES_IPC_FORCE_INELIGIBLE", "shared check", 1);
-  SelectedTransport ipc_checks = select_transport("vmm", *f.dev, MPI_COMM_WORLD, *f.coll, 12);
+  SelectedTransport ipc_checks = select_transport("vmm", f.setup(f.nodes));
   unsetenv("ULYSSES_IPC_FORCE_INELIGIBLE");
   EXPECT_EQ(ipc_checks.used, "nccl");
   EXPECT_NE(ipc_checks.fallback_reason.find("shared check"), std::string::npos) << ipc_checks.fallback_reason;
 
-  EXPECT_EQ(vmm_ineligible_reason(*f.dev, MPI_COMM_WORLD), "");
-  SelectedTransport ok = select_transport("vmm", *f.dev, MPI_COMM_WORLD, *f.coll, 12);
+  EXPECT_EQ(vmm_ineligible_reason(*f.dev, MPI_COMM_WORLD, f.nodes), "");
+  SelectedTransport ok = select_transport("vmm", f.setup(f.nodes));
   EXPECT_EQ(ok.used, "vmm");
   EXPECT_EQ(ok.transport->name(), "vmm");
   EXPECT_TRUE(ok.fallback_reason.empty()) << ok.fallback_reason;
   try {
-    select_transport("carrier-pigeon", *f.dev, MPI_COMM_WORLD, *f.coll, 12);
+    select_transport("carrier-pigeon", f.setup(f.nodes));
     FAIL() << "an unknown transport must be an input error";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("nccl, ipc, vmm"), std::string::npos) << e.what();
@@ -506,6 +601,173 @@ UniqueFd memfd_with(uint64_t a, uint64_t b) {
 // sender wrote behind its descriptor), two live exchanges on one communicator never mix
 // (distinct nonces, so distinct sockets), and the sockets are abstract (listed as '@...',
 // never files) and gone with their owners.
+// --- the hierarchical transport's own properties
+
+// Collectives that record every point-to-point call they pass on (the rail's traffic).
+class RecordingCollectives : public Collectives {
+ public:
+  RecordingCollectives(std::unique_ptr<Collectives> inner, std::vector<std::vector<PeerTransfer>>* log)
+      : inner_(std::move(inner)), log_(log) {}
+  std::string name() const override { return inner_->name(); }
+  int size() const override { return inner_->size(); }
+  int rank() const override { return inner_->rank(); }
+  void all_to_all(Stream& s, const void* send, void* recv, size_t bytes) override {
+    inner_->all_to_all(s, send, recv, bytes);
+  }
+  void send_recv(Stream& s, const std::vector<PeerTransfer>& t) override {
+    log_->push_back(t);
+    inner_->send_recv(s, t);
+  }
+  void all_reduce_sum_f32(Stream& s, float* buf, size_t n) override { inner_->all_reduce_sum_f32(s, buf, n); }
+
+ private:
+  std::unique_ptr<Collectives> inner_;
+  std::vector<std::vector<PeerTransfer>>* log_;
+};
+
+struct HierLayout {
+  int ranks_per_node;
+  int chunks;
+};
+
+// Q, K and V (V from the strided view of a fused projection) over 2 nodes and over one
+// rank per node, for chunk counts that divide the node block, do not, and exceed it;
+// then the gather back. Every element exact, for every chunking.
+TEST(HierTransport, ChunkedScatterAndGatherAreBitExact) {
+  const int P = world_size(), me = world_rank();
+  if (P < 2) GTEST_SKIP() << "needs 2 ranks or more (2 nodes)";
+  std::vector<int> layouts = {P / 2};
+  if (P / 2 != 1) layouts.push_back(1);
+  for (int per : layouts) {
+    for (int chunks : {1, 2, 3, 7, 1000}) {
+      Fixture f;
+      NodeLayout nodes = discover_nodes(MPI_COMM_WORLD, per, 20);
+      SelectedTransport sel = select_transport("hier", f.setup(nodes, chunks));
+      ASSERT_EQ(sel.used, "hier") << sel.fallback_reason;
+      const uint64_t seed = shared_seed();
+      ExchangeShape s{2, 5, 2 * P, 4, DType::kBF16};
+      const int64_t row = s.heads * s.head_dim;
+      std::vector<uint16_t> fused(static_cast<size_t>(s.batch * s.seq_local * 3 * row), 0xbeef);
+      for (int j = 0; j < 3; ++j) {
+        auto part = make_source(seed, 10 + j, s, me, row, 0);
+        for (int64_t r = 0; r < s.batch * s.seq_local; ++r)
+          std::memcpy(&fused[static_cast<size_t>(r * 3 * row + j * row)], &part[static_cast<size_t>(r * row)], row * 2);
+      }
+      DeviceBuffer src = upload(*f.dev, fused);
+      const Tag tags[3] = {Tag::kV, Tag::kQ, Tag::kK};
+      std::unique_ptr<Exchange> ex[3];
+      for (int i = 0; i < 3; ++i) {
+        const int j = tags[i] == Tag::kQ ? 0 : tags[i] == Tag::kK ? 1 : 2;
+        ex[i] = sel.transport->submit(
+            Submission{tags[i], Direction::kScatter, src.as<uint16_t>() + j * row, 3 * row, s, i == 2}, *f.compute);
+      }
+      for (auto& e : ex) e->wait(*f.compute);
+      f.compute->synchronize();
+      const size_t n = static_cast<size_t>(exchange_result_elems(s));
+      for (int i = 0; i < 3; ++i) {
+        const int j = tags[i] == Tag::kQ ? 0 : tags[i] == Tag::kK ? 1 : 2;
+        ASSERT_EQ(read_back(*f.dev, ex[i]->data(), n), expected_scatter(seed, 10 + j, s, me, P))
+            << per << " ranks per node, " << chunks << " chunks, tag " << tag_name(tags[i]);
+      }
+      sel.transport->release(*f.compute);
+      auto back = sel.transport->submit(Submission{Tag::kO, Direction::kGather, ex[0]->data(), 0, s, true}, *f.compute);
+      back->wait(*f.compute);
+      f.compute->synchronize();
+      ASSERT_EQ(read_back(*f.dev, back->data(), n), make_source(seed, 12, s, me, row, 0))
+          << per << " ranks per node, " << chunks << " chunks, gather";
+      sel.transport->release(*f.compute);
+      EXPECT_EQ(sel.transport->stats().handshakes, 2);  // one per group: the scatter's and the gather's
+      f.finish(*sel.transport);
+    }
+  }
+}
+
+// Rail alignment: every inter-node message goes to the rank of the same local index on
+// another node, one per remote node per chunk (never one per remote rank), and carries
+// exactly what this rank's node sends to that rank: L shards of its head slice.
+TEST(HierTransport, InterNodeMessagesAreOnePerRemoteNodeOnTheRail) {
+  const int P = world_size(), me = world_rank();
+  if (P < 2) GTEST_SKIP() << "needs 2 ranks or more (2 nodes)";
+  for (int per : {std::max(1, P / 2), 1}) {
+    Fixture f;
+    NodeLayout nodes = discover_nodes(MPI_COMM_WORLD, per, 20);
+    const int N = nodes.nodes(), L = per, n = me / L;
+    std::vector<std::vector<PeerTransfer>> log;
+    TransportSetup st = f.setup(nodes, 3);
+    st.make_collectives = [&](MPI_Comm c) {
+      return std::make_unique<RecordingCollectives>(make_mpi_collectives(c, *f.dev), &log);
+    };
+    SelectedTransport sel = select_transport("hier", st);
+    ASSERT_EQ(sel.used, "hier");
+    ExchangeShape s{2, 4, P, 8, DType::kBF16};
+    const uint64_t seed = shared_seed();
+    DeviceBuffer b = upload(*f.dev, make_source(seed, 5, s, me, s.heads * s.head_dim, 0));
+    auto e = sel.transport->submit(Submission{Tag::kV, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
+    e->wait(*f.compute);
+    f.compute->synchronize();
+    ASSERT_EQ(read_back(*f.dev, e->data(), static_cast<size_t>(exchange_result_elems(s))),
+              expected_scatter(seed, 5, s, me, P));
+    const int K = std::min<int>(3, L * static_cast<int>(s.seq_local));
+    ASSERT_EQ(static_cast<int>(log.size()), static_cast<int>(s.batch) * K) << "one exchange per chunk";
+    size_t to_each = 0;
+    std::set<int> peers;
+    for (const auto& call : log) {
+      ASSERT_EQ(static_cast<int>(call.size()), N - 1) << "one message per remote node, not per remote rank";
+      for (const PeerTransfer& t : call) {
+        EXPECT_NE(t.peer, n) << "no message to my own node";
+        EXPECT_EQ(t.send_bytes, t.recv_bytes);
+        peers.insert(t.peer);
+        if (t.peer == (n + 1) % N) to_each += t.send_bytes;
+      }
+    }
+    EXPECT_EQ(static_cast<int>(peers.size()), N - 1);
+    // To one remote node: my node's L shards of that node's same-index rank's heads.
+    EXPECT_EQ(to_each, static_cast<size_t>(s.batch * L * s.seq_local * (s.heads / P) * s.head_dim) * 2);
+    sel.transport->release(*f.compute);
+    f.finish(*sel.transport);
+  }
+}
+
+// A peer that never arrives, on either side of the link: a node-mate (its relay copies and
+// chunk words never come) and a rail peer (its inter-node message never comes). Every
+// waiting rank gives up within the watchdog; the ranks next to the absent one name it.
+TEST(HierTransport, AnAbsentPeerOnEitherSideOfTheLinkIsNamed) {
+  const int P = world_size(), me = world_rank();
+  if (P != 4) GTEST_SKIP() << "runs as 2 nodes x 2 ranks";
+  Fixture f(1.0);
+  DeviceBuffer b = f.dev->alloc(1 << 16);  // declared first: freed after the transport drains its copies
+  auto tr = f.make("hier");
+  ExchangeShape s{1, 2, P, 4, DType::kBF16};
+  auto e = tr->submit(Submission{Tag::kQ, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
+  e->wait(*f.compute);
+  f.compute->synchronize();
+  tr->release(*f.compute);
+  f.compute->synchronize();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const int absent = 3;  // node 1: rank 2 is its node-mate, rank 1 its rail peer
+  if (me == absent) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  } else {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string what;
+    try {
+      auto e2 = tr->submit(Submission{Tag::kQ, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
+      e2->wait(*f.compute);
+      f.compute->synchronize();
+    } catch (const PeerTimeout& err) {
+      what = err.what();
+    }
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_FALSE(what.empty()) << "rank " << me << ": the wait for an absent peer must fail";
+    EXPECT_LT(took, 2.9) << what;
+    if (me == 1 || me == 2)
+      EXPECT_TRUE(what.find("peer 3 did not arrive") != std::string::npos ||
+                  what.find("rank(s) 3 did not arrive") != std::string::npos)
+          << "rank " << me << ": " << what;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST(FdExchange, PassesDescriptorsBetweenEveryPairOfRanks) {
   const int P = world_size(), me = world_rank();
   const uint64_t seed = shared_seed();
