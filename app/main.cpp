@@ -75,7 +75,8 @@ void declare_run_options(CLI::App& app, uipc::RunOptions& o) {
       ->type_name("NAME")
       ->allow_extra_args(false);
   app.add_option("--gather", o.gather,
-                 "output gather transport; auto: nccl, or ipc where NCCL cannot run (ranks sharing a GPU)")
+                 "output gather transport; auto: nccl, or ipc where NCCL cannot run (ranks sharing a GPU); ipc "
+                 "rides on the scatter's ipc, vmm or hier transport (hier: its hierarchical gather)")
       ->type_name("auto|nccl|ipc")
       ->check(one_of({"auto", "nccl", "ipc"}))
       ->capture_default_str();
@@ -85,6 +86,15 @@ void declare_run_options(CLI::App& app, uipc::RunOptions& o) {
   app.add_option("--cache-entries", o.cache_capacity, "IPC target cache entries")
       ->type_name("N")
       ->check(integer_in(1, 1024))
+      ->capture_default_str();
+  app.add_option("--ranks-per-node", o.ranks_per_node,
+                 "treat the world as nodes of N consecutive ranks (IPC only inside one; testing several nodes on "
+                 "one machine) [default: the MPI shared-memory split]")
+      ->type_name("N")
+      ->check(integer_in(1, 4096));
+  app.add_option("--hier-chunks", o.hier_chunks, "token chunks per batch of the hier transport's pipeline")
+      ->type_name("N")
+      ->check(integer_in(1, 4096))
       ->capture_default_str();
   app.add_flag("--allow-shared-gpu", o.backend.allow_shared_gpu, "let several ranks share a GPU (functional testing)");
   app.add_flag("--dump", o.dump, "store inputs, weights and the reference output of each case (up to 16M elements of x)");

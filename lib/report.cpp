@@ -127,8 +127,10 @@ void write_run(const h5::Group& cg, const RunResult& r) {
   g.write_attr("parity_max_abs", r.parity_max_abs);
   g.write_attr("parity_rel_l2", r.parity_rel_l2);
   g.write_attr("parity_finite", r.parity_finite ? 1 : 0);
+  g.write_attr("output_digest", r.output_digest);
   g.write_attr("handshakes_per_layer", r.handshakes_per_layer);
   g.write_attr("ulysses_nodes", r.ulysses_nodes);
+  g.write_attr("hier_chunks", r.hier_chunks);
   g.write_attr("cache_hits", r.cache_hits);
   g.write_attr("cache_misses", r.cache_misses);
   g.write_attr("cache_evictions", r.cache_evictions);

@@ -38,6 +38,7 @@ struct RunResult {
   double parity_max_abs = 0;
   double parity_rel_l2 = 0;
   bool parity_finite = true;
+  std::string output_digest;        // hash of the whole distributed output: equal = bit-identical
   int repeats = 0, iterations = 0, ranks = 0;
   // [repeat][iteration][rank][stage], milliseconds
   std::vector<double> stage_ms;
@@ -52,6 +53,7 @@ struct RunResult {
   int64_t gather_bytes_per_rank = 0;
   int handshakes_per_layer = 0;
   int ulysses_nodes = 1;            // nodes that rank 0's Ulysses group spans
+  int hier_chunks = 0;              // token chunks per batch of hier's pipeline (0: not hier)
   int64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0;
 };
 

@@ -9,9 +9,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 
 #include "base/error.hpp"
+#include "base/rng.hpp"
 #include "git_rev.h"
 #include "comm/bootstrap.hpp"
 #include "comm/nodes.hpp"
@@ -93,6 +95,29 @@ Parity check_parity(Device& dev, const DeviceBuffer& y, DType t, const std::vect
   p.finite = gmax[1] == 0;
   p.rel_l2 = gsums[1] > 0 ? std::sqrt(gsums[0] / gsums[1]) : std::sqrt(gsums[0]);
   return p;
+}
+
+// A digest of the whole distributed output: every rank's bytes hashed, the hashes of all
+// ranks combined in rank order, the same on every rank. Runs with equal digests produced
+// bit-identical outputs (what "bit-exact against the nccl path" is checked with).
+std::string output_digest(Device& dev, const DeviceBuffer& y, size_t bytes, double timeout_s) {
+  std::vector<unsigned char> raw(bytes);
+  dev.copy_to_host(raw.data(), y.get(), bytes);
+  uint64_t h = splitmix64(bytes);
+  for (size_t i = 0; i < bytes; i += 8) {
+    uint64_t w = 0;
+    std::memcpy(&w, raw.data() + i, std::min<size_t>(8, bytes - i));
+    h = splitmix64(h ^ w);
+  }
+  int world = 1;
+  UIPC_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  std::vector<uint64_t> all(static_cast<size_t>(world));
+  allgather_bounded(MPI_COMM_WORLD, &h, sizeof(h), all.data(), timeout_s, "the output digest");
+  uint64_t d = 0;
+  for (uint64_t v : all) d = splitmix64(d ^ v);
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(d));
+  return buf;
 }
 
 // Rank 0 receives every rank's [iteration][stage] timings (and overlaps).
@@ -265,7 +290,8 @@ int run_deck(const RunOptions& opt) {
     auto ucoll = be.make_collectives(ucomm.get());
     auto tcoll = l.tp > 1 ? be.make_collectives(tcomm.get()) : nullptr;
     TransportSetup setup{*be.device, ucomm.get(), unodes, *ucoll,
-                         [&be](MPI_Comm c) { return be.make_collectives(c); }, opt.cache_capacity};
+                         [&be](MPI_Comm c) { return be.make_collectives(c); }, opt.cache_capacity,
+                         opt.hier_chunks};
 
     HostLayerData host = generate_layer_data(c, l);
     LayerData data = upload_layer_data(*be.device, c, l, host);
@@ -285,13 +311,14 @@ int run_deck(const RunOptions& opt) {
         set_activity("selecting the scatter transport");
         SelectedTransport sel = select_transport(tname, setup);
         // The output gather: NCCL (the seed measured it faster) unless asked otherwise or
-        // unusable; IPC reuses the scatter's transport when that is ipc or vmm (the same
-        // protocol), and the report then names the one that carried it.
+        // unusable; IPC reuses the scatter's transport when that is ipc, vmm or hier (the
+        // same protocol; hier's gather is its hierarchical path backwards), and the report
+        // then names the one that carried it.
         std::unique_ptr<Transport> own_gather;
         Transport* gather = nullptr;
         std::string gather_name = opt.gather;
         if (gather_name == "auto") gather_name = (be.mode == "gpu" && !be.nccl_usable) ? "ipc" : "nccl";
-        if (gather_name == "ipc" && (sel.used == "ipc" || sel.used == "vmm")) {
+        if (gather_name == "ipc" && (sel.used == "ipc" || sel.used == "vmm" || sel.used == "hier")) {
           gather = sel.transport.get();
           gather_name = sel.used;
         } else {
@@ -352,6 +379,7 @@ int run_deck(const RunOptions& opt) {
         rr.parity_finite = p.finite;
         rr.attention = be.attention_path();
         rr.parity_pass = p.finite && p.max_abs <= c.tol_max_abs && p.rel_l2 <= c.tol_rel_l2;
+        rr.output_digest = output_digest(*be.device, pipe.output(), ref.size() * dtype_size(c.dtype), wd);
         all_pass = all_pass && rr.parity_pass;
 
         // No separate copy stream (nccl): nothing was overlapped or measured.
@@ -363,6 +391,7 @@ int run_deck(const RunOptions& opt) {
         const int64_t layers = static_cast<int64_t>(c.repeats) * (c.warmup + c.iterations);
         rr.handshakes_per_layer = static_cast<int>(st.handshakes / std::max<int64_t>(1, layers));
         rr.ulysses_nodes = unodes.nodes();
+        rr.hier_chunks = sel.used == "hier" ? opt.hier_chunks : 0;
         rr.cache_hits = st.cache_hits;
         rr.cache_misses = st.cache_misses;
         rr.cache_evictions = st.cache_evictions;

@@ -19,6 +19,7 @@ struct RunOptions {
   double watchdog_s = 0;               // > 0 overrides the deck's watchdog_s
   int cache_capacity = 12;             // IPC target cache entries
   int ranks_per_node = 0;              // > 0: declare nodes of this many consecutive ranks
+  int hier_chunks = 4;                 // token chunks per batch of the hier transport's pipeline
   std::string command_line;
   std::string kokkos_version;
 };

@@ -1,0 +1,151 @@
+"""End-to-end: the hierarchical transport (hier) in the real program, in simulation mode,
+with the world declared as several nodes (--ranks-per-node): parity, bit-identical
+outputs against the flat nccl path (scatter and, with --gather ipc, the gather), what
+the report says about the nodes, the fallbacks (ipc across nodes, hier on one node), and
+the run failing cleanly when a peer stops or dies on either side of the inter-node link."""
+import os
+import signal
+import subprocess
+import time
+
+import h5py
+import pytest
+
+from conftest import mpi_env, shm_entries
+from test_app import _long_deck, make_deck
+
+
+def runs_of(report):
+    with h5py.File(report, "r") as f:
+        for case in f.attrs["cases"]:
+            g = f["cases"][case]
+            for run in g.attrs["runs"]:
+                yield case, run, {k: g[run].attrs[k] for k in g[run].attrs}
+
+
+def hier_deck(app, path, ulysses, batch=2, seq_len=96):
+    make_deck(app, path, batch=batch, seq_len=seq_len, heads=2 * ulysses, head_dim=16, dtype="bf16",
+              ulysses=ulysses, transports="nccl,ipc,hier", schedules="baseline,v-first", warmup=1,
+              iterations=2)
+
+
+@pytest.mark.parametrize("np_,per_node", [(2, 1), (4, 2), (4, 1)])
+@pytest.mark.parametrize("gather", ["auto", "ipc"])
+def test_hier_is_bit_identical_to_nccl_across_declared_nodes(app, run, tmp_path, np_, per_node, gather):
+    before = shm_entries()
+    deck = tmp_path / "h.h5"
+    hier_deck(app, deck, np_)
+    report = tmp_path / "r.h5"
+    p = run(np_, str(deck), "-o", str(report), "--ranks-per-node", str(per_node), "--gather", gather,
+            "--hier-chunks", "3")
+    assert p.returncode == 0, p.stderr + p.stdout
+    nodes = np_ // per_node
+    assert f"nodes: {nodes} nodes x {per_node} rank" in p.stdout, p.stdout
+    with h5py.File(report, "r") as f:
+        assert list(f.attrs["node_of_rank"]) == [r // per_node for r in range(np_)]
+        assert "declared: --ranks-per-node" in f.attrs["node_layout"]
+    digests = {}
+    for case, name, a in runs_of(report):
+        assert a["parity_pass"] == 1, (name, a)
+        assert a["ulysses_nodes"] == nodes
+        digests.setdefault(a["schedule"], {})[a["transport"]] = a["output_digest"]
+        if a["transport"] == "hier":
+            assert a["transport_used"] == "hier" and a["fallback_reason"] == ""
+            assert a["handshakes_per_layer"] == (2 if gather == "ipc" else 1)
+            assert a["gather_transport"] == ("hier" if gather == "ipc" else "nccl")
+            assert a["hier_chunks"] == 3
+            assert a["cache_misses"] == (4 if gather == "ipc" else 3)  # Q, K, V (and O), then reused
+        if a["transport"] == "ipc":  # the group spans nodes: IPC cannot serve it
+            assert a["transport_used"] == "nccl"
+            assert f"spans {nodes} nodes (declared: --ranks-per-node {per_node})" in a["fallback_reason"]
+    for sched, d in digests.items():
+        assert d["hier"] == d["nccl"] == d["ipc"], (sched, d)  # bit-identical outputs
+    assert shm_entries() <= before, "shared memory left behind"
+
+
+def test_hier_on_one_node_is_the_ipc_transport(app, run, tmp_path):
+    deck = tmp_path / "h.h5"
+    hier_deck(app, deck, 2)
+    report = tmp_path / "r.h5"
+    p = run(2, str(deck), "-o", str(report))
+    assert p.returncode == 0, p.stderr + p.stdout
+    for _, _, a in runs_of(report):
+        if a["transport"] == "hier":
+            assert a["transport_used"] == "ipc"
+            assert "on one node" in a["fallback_reason"]
+            assert a["hier_chunks"] == 0
+
+
+def test_declared_nodes_must_divide_the_world(app, run, tmp_path):
+    deck = tmp_path / "h.h5"
+    hier_deck(app, deck, 4)
+    p = run(4, str(deck), "-o", str(tmp_path / "r.h5"), "--ranks-per-node", "3")
+    assert p.returncode == 2, p.stderr + p.stdout
+    assert "--ranks-per-node 3: the run has 4 rank(s), not a multiple of it" in p.stderr
+    assert not (tmp_path / "r.h5").exists()
+
+
+def _start(app, deck, report, extra_env=None):
+    cmd = ["mpirun", "-np", "4", "--oversubscribe", app, str(deck), "-o", str(report), "--watchdog", "3",
+           "--ranks-per-node", "2"]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env(extra_env))
+
+
+def _ranks(proc):
+    """{MPI rank: pid} of mpirun's 4 rank processes."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout
+        ranks = {}
+        for pid in (int(x) for x in out.split()):
+            try:
+                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            for kv in env:
+                if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
+                    ranks[int(kv.split(b"=", 1)[1])] = pid
+        if len(ranks) == 4:
+            return ranks
+        time.sleep(0.2)
+    pytest.fail("the 4 ranks did not start")
+
+
+@pytest.mark.parametrize("fault", ["SIGSTOP", "SIGKILL"])
+def test_a_peer_lost_mid_run_on_either_side_of_the_link(app, tmp_path, fault):
+    """2 nodes x 2: rank 2 (node 1) is the rail peer of rank 0 and the node-mate of rank 3.
+    Stopped: every other rank gives up within the watchdog, the error names it, exit 4.
+    Killed (mpirun told to keep the job, so that only our watchdog stands between the
+    survivors and a hang): the survivors name it and abort with code 4. No report."""
+    before = shm_entries()
+    deck = _long_deck(app, tmp_path, "hier")
+    report = tmp_path / "r.h5"
+    env = {"OMPI_MCA_orte_enable_recovery": "1"} if fault == "SIGKILL" else None
+    proc = _start(app, deck, report, env)
+    try:
+        pids = _ranks(proc)
+        time.sleep(4.0)  # well into the timed layers
+        assert proc.poll() is None, "the run ended before the fault:\n" + proc.stderr.read()
+        os.kill(pids[2], getattr(signal, fault))
+        t0 = time.time()
+        out, err = proc.communicate(timeout=60)
+        took = time.time() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if fault == "SIGSTOP":
+            try:
+                os.kill(pids[2], signal.SIGKILL)
+            except (OSError, NameError):
+                pass
+    assert took < 30, f"took {took:.1f} s to give up"
+    named = [l for l in err.splitlines() if l.startswith("ulysses-ipc: error")
+             and ("peer 2 did not arrive" in l or "rank(s) 2 did not arrive" in l)]
+    assert named, f"no survivor named rank 2:\n{err}"
+    if fault == "SIGSTOP":
+        assert proc.returncode == 4, err
+    else:
+        assert "MPI_ABORT was invoked" in err and "errorcode 4" in err, err
+    assert not report.exists() and not list(tmp_path.glob("r.h5.tmp-*")), "a report was written"
+    assert shm_entries() <= before, "shared memory left behind"
