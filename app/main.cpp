@@ -96,6 +96,14 @@ void declare_run_options(CLI::App& app, uipc::RunOptions& o) {
       ->type_name("N")
       ->check(integer_in(1, 4096))
       ->capture_default_str();
+  app.add_option("--ablations", o.ablations,
+                 "ablation runs beside the full design, for every case (own-slice-copy, no-pitched-copies, "
+                 "no-grouped-handshake, normal-priority, no-target-cache; 'none' for none) [default: each case's]")
+      ->type_name("A,B")
+      ->delimiter(',')
+      ->each([&o](const std::string&) { o.ablations_set = true; })
+      ->check(one_of({"none", "own-slice-copy", "no-pitched-copies", "no-grouped-handshake", "normal-priority",
+                      "no-target-cache"}));
   app.add_flag("--allow-shared-gpu", o.backend.allow_shared_gpu, "let several ranks share a GPU (functional testing)");
   app.add_flag("--dump", o.dump, "store inputs, weights and the reference output of each case (up to 16M elements of x)");
   app.add_flag("--quiet", o.quiet, "print errors only");

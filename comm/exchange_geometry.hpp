@@ -29,6 +29,19 @@ inline size_t exchange_slice_bytes(const ExchangeShape& s, int peers) {
   return static_cast<size_t>(s.batch * s.seq_local * (s.heads / peers) * s.head_dim) * dtype_size(s.dtype);
 }
 
+// This rank's own slice of a scatter result `base` (the final layout, as a whole) for a
+// producer that writes it itself (Transport::own_slice).
+inline OwnSlice own_slice_of(void* base, const ExchangeShape& s, int me, int peers) {
+  const int64_t hl = s.heads / peers;
+  OwnSlice o;
+  o.data = static_cast<unsigned char*>(base) + static_cast<size_t>(me * s.seq_local * hl * s.head_dim) * dtype_size(s.dtype);
+  o.head_begin = static_cast<int>(me * hl);
+  o.head_count = static_cast<int>(hl);
+  o.row_pitch = hl * s.head_dim;
+  o.batch_pitch = s.seq_local * peers * hl * s.head_dim;
+  return o;
+}
+
 // The copies (one per batch) from rank `me`'s source into rank `peer`'s result.
 //  scatter: src (B, Sl, H, D) rows `src_row_pitch` elements apart
 //           -> dst (B, Sl*P, H/P, D): peer gets heads [peer*Hl, +Hl) at tokens [me*Sl, +Sl)

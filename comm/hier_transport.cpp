@@ -131,6 +131,7 @@ class HierTransport : public Transport {
     handshake_->release(consumer, epoch_);
     released_->record(consumer);
     released_epoch_ = epoch_;
+    cache_->unpin_all();
   }
 
   std::pair<Event*, Event*> copy_interval(Tag tag) override {
@@ -327,7 +328,7 @@ class HierTransport : public Transport {
     group_dir_ = dir;
     group_->finisher = dir == Direction::kScatter ? inter_.get() : copy_.get();
     inter_opened_ = false;
-    handshake_->wait_released(*copy_, epoch_);
+    handshake_->wait_released(*copy_, released_epoch_);
     // My own slices land in my target: after my consumer released it, like the peers'.
     if (released_epoch_ > 0) dev_.stream_wait_event(*self_, *released_);
     ++stats_.groups;

@@ -101,11 +101,14 @@ TargetKey target_key(const Submission& sub) {
 // --- target cache
 
 SharedTarget& TargetCache::get(const TargetKey& key, size_t bytes, const std::function<void()>& quiesce) {
+  if (!keep_ && std::none_of(cache_.begin(), cache_.end(), [](const SharedTarget& t) { return t.pinned; }))
+    while (!cache_.empty()) evict(cache_.begin(), quiesce);
   ++use_clock_;
   for (auto& t : cache_) {
     if (t.key == key) {
       t.last_used = use_clock_;
-      ++stats_.cache_hits;
+      if (!t.pinned) ++stats_.cache_hits;  // one use per layer: a producer's own_slice() and the submission
+      t.pinned = true;
       return t;
     }
   }
@@ -131,16 +134,30 @@ SharedTarget& TargetCache::get(const TargetKey& key, size_t bytes, const std::fu
   t.mine = path_.alloc(bytes);
   t.peer_ptr = path_.exchange(t.mine, bytes, t.mapped, "the target exchange for " + key.describe());
   t.last_used = use_clock_;
+  t.pinned = true;
   cache_.push_back(std::move(t));
   return cache_.back();
 }
 
-// Evicts the least recently used target. Collective like the miss that causes it;
-// memory is freed only when no peer can still write into it or read from it.
+void TargetCache::unpin_all() {
+  for (auto& t : cache_) t.pinned = false;
+}
+
+// Evicts the least recently used target not in use. Collective like the miss that
+// causes it (pins are the same on every rank).
 void TargetCache::evict_lru(const std::function<void()>& quiesce) {
-  auto victim = std::min_element(cache_.begin(), cache_.end(), [](const SharedTarget& a, const SharedTarget& b) {
-    return a.last_used < b.last_used;
-  });
+  auto victim = cache_.end();
+  for (auto it = cache_.begin(); it != cache_.end(); ++it)
+    if (!it->pinned && (victim == cache_.end() || it->last_used < victim->last_used)) victim = it;
+  if (victim == cache_.end())
+    throw InputError("the IPC target cache (" + std::to_string(capacity_) +
+                     " entries) cannot hold the tensors one layer uses at once; use --cache-entries " +
+                     std::to_string(cache_.size() + 1) + " or more");
+  evict(victim, quiesce);
+}
+
+// Memory is freed only when no peer can still write into it or read from it.
+void TargetCache::evict(std::vector<SharedTarget>::iterator victim, const std::function<void()>& quiesce) {
   set_activity("evicting a target (collective)");
   quiesce();  // none of our copies into peers' targets (or ours) in flight, our consumer done reading
   barrier_bounded(comm_.get(), dev_.watchdog_seconds(), "the eviction of " + victim->key.describe());
@@ -168,10 +185,10 @@ EpochHandshake::EpochHandshake(Device& dev, const MpiComm& comm, MappingPath& pa
   world_rank_ = world_ranks(comm.get());
 }
 
-void EpochHandshake::wait_released(Stream& s, uint64_t epoch) {
-  // Write after read: peers must have released the previous group before we copy into
-  // their targets again.
-  const uint64_t need = epoch - 1;
+void EpochHandshake::wait_released(Stream& s, uint64_t released_epoch) {
+  // Write after read: peers must have released what they were reading before we copy
+  // into their targets again.
+  const uint64_t need = released_epoch;
   if (need == 0) return;
   for (int p = 0; p < peers_; ++p)
     dev_.wait_value64_geq(s, mine(p, 1), need,

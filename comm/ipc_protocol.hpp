@@ -57,27 +57,36 @@ struct SharedTarget {
   std::vector<PeerMapping> mapped;  // peers' buffers mapped here (none for myself)
   std::vector<void*> peer_ptr;
   uint64_t last_used = 0;
+  bool pinned = false;  // in use since the last release: not evictable
 };
 
 // Targets by key, bounded to `capacity` entries, reused across layers and steps. A miss
 // is collective (every rank must miss on the same key at the same point, checked over
 // `agree`: the group whose submissions must match, `comm` itself unless a transport
 // spans more than the ranks that share the memory); an eviction drains what may still
-// touch the victim (`quiesce`), then importers close before exporters free.
+// touch the victim (`quiesce`), then importers close before exporters free. A target
+// looked up since the last unpin_all() (the consumer's release) is pinned: in use by
+// this layer, never evicted; a layer that needs more targets than `capacity` is an
+// error naming the cache size it needs. keep = false is the no-target-cache ablation:
+// the first lookup after a release evicts every target, so each layer allocates and
+// exchanges its own.
 class TargetCache {
  public:
   TargetCache(Device& dev, const MpiComm& comm, MappingPath& path, int capacity, TransportStats& stats,
-              MPI_Comm agree = MPI_COMM_NULL)
+              MPI_Comm agree = MPI_COMM_NULL, bool keep = true)
       : dev_(dev), comm_(comm), path_(path), capacity_(capacity < 1 ? 1 : capacity), stats_(stats),
-        agree_(agree == MPI_COMM_NULL ? comm.get() : agree) {}
-  // The target for `key`, `bytes` long on every rank. `quiesce` runs before an eviction:
-  // no copy of this rank into a peer's target, nor its consumer's read, may be in flight.
+        agree_(agree == MPI_COMM_NULL ? comm.get() : agree), keep_(keep) {}
+  // The target for `key`, `bytes` long on every rank, pinned. `quiesce` runs before an
+  // eviction: no copy of this rank into a peer's target, nor its consumer's read, may be
+  // in flight. A layer's repeated lookups of one key count as one hit.
   SharedTarget& get(const TargetKey& key, size_t bytes, const std::function<void()>& quiesce);
+  void unpin_all();
   std::vector<SharedTarget>& entries() { return cache_; }
   void close_mappings();
 
  private:
   void evict_lru(const std::function<void()>& quiesce);
+  void evict(std::vector<SharedTarget>::iterator victim, const std::function<void()>& quiesce);
 
   Device& dev_;
   const MpiComm& comm_;
@@ -85,13 +94,17 @@ class TargetCache {
   int capacity_;
   TransportStats& stats_;
   MPI_Comm agree_;
+  bool keep_;
   std::vector<SharedTarget> cache_;
   uint64_t use_clock_ = 0;
 };
 
 // The grouped epoch handshake over signal words shared by every rank of the group
-// (group g has epoch e = g + 1):
-//   wait_released (copy stream, first submission):  my.release[p] >= e - 1 for every p
+// (group g has epoch e = g + 1; R = the epoch of this rank's last release, the same on
+// every rank at the same point of the program):
+//   wait_released (copy stream, first submission):  my.release[p] >= R for every p
+//     (R, not e - 1: with one group per tensor several groups pass between releases, and
+//     waiting for the release of a group still to be consumed would deadlock)
 //   ready (copy stream, the barrier):  peer[p].ready[me] = e, then my.ready[p] >= e
 //   release (consumer stream):  peer[p].release[me] = e  (my targets may be rewritten)
 // Every wait is on this rank's own memory and bounded by the device watchdog. A driver
@@ -100,7 +113,7 @@ class TargetCache {
 class EpochHandshake {
  public:
   EpochHandshake(Device& dev, const MpiComm& comm, MappingPath& path, int extra_words = 0);
-  void wait_released(Stream& s, uint64_t epoch);
+  void wait_released(Stream& s, uint64_t released_epoch);
   void ready(Stream& s, uint64_t epoch, const std::string& tags);
   void release(Stream& consumer, uint64_t epoch);
   // My extra word `word` at `peer` (I am its writer), and the one `from` writes here.

@@ -15,16 +15,19 @@
 // even be created for several ranks on one GPU), whereas windows would make the
 // transport that is meant to be the alternative to NCCL depend on NCCL.
 //
-// Epoch protocol (per communicator; group g has epoch e = g + 1; EpochHandshake):
+// Epoch protocol (per communicator; group g has epoch e = g + 1; R = the epoch of this
+// rank's last release(); EpochHandshake):
 //   copy stream, first submission of a group:
-//     wait  my.release[p] >= e - 1   for every peer p   (p finished reading group e-1)
+//     wait  my.release[p] >= R       for every peer p   (p finished reading what it had)
 //   copy stream, each submission:      copies into every peer's target
 //   copy stream, the barrier submission:
 //     write peer[p].ready[me] = e     for every peer p
 //     wait  my.ready[p] >= e          for every peer p  -> group done event
 //   consumer stream, release():
 //     write peer[p].release[me] = e   for every peer p   (my targets may be rewritten)
-// Every wait is on this rank's own memory and bounded by the device watchdog.
+// Every wait is on this rank's own memory and bounded by the device watchdog. A rank's
+// own slice is copied on a second stream beside the peers' copies, unless its producer
+// wrote it into the target itself (own_slice()).
 #include <algorithm>
 #include <map>
 
@@ -40,16 +43,16 @@ namespace {
 
 class IpcTransport : public Transport {
  public:
-  IpcTransport(Device& dev, MPI_Comm group, int capacity, MappingKind kind)
+  IpcTransport(Device& dev, MPI_Comm group, const TransportOptions& opts, MappingKind kind)
       : dev_(dev),
         comm_(dup_comm(group)),
         path_(make_mapping_path(kind, dev, comm_)),
-        cache_(dev, comm_, *path_, capacity, stats_),
+        cache_(dev, comm_, *path_, opts.cache_capacity, stats_, MPI_COMM_NULL, opts.cache_targets),
         handshake_(dev, comm_, *path_) {
     me_ = comm_.rank();
     peers_ = comm_.size();
-    copy_ = dev_.create_stream(StreamPriority::kHigh);
-    self_ = dev_.create_stream(StreamPriority::kHigh);
+    copy_ = dev_.create_stream(opts.copy_priority);
+    self_ = dev_.create_stream(opts.copy_priority);
     ready_evt_ = dev_.create_event();
     self_done_ = dev_.create_event();
     released_ = dev_.create_event();
@@ -66,34 +69,48 @@ class IpcTransport : public Transport {
 
   std::string name() const override { return path_->transport_name(); }
 
+  OwnSlice own_slice(Tag tag, const ExchangeShape& shape) override {
+    UIPC_CHECK(shape.heads % peers_ == 0, "heads must divide by the group size");
+    Submission sub;
+    sub.tag = tag;
+    sub.dir = Direction::kScatter;
+    sub.shape = shape;
+    return own_slice_of(target(sub).mine.get(), shape, me_, peers_);
+  }
+
   std::unique_ptr<Exchange> submit(const Submission& sub, Stream& producer) override {
     UIPC_CHECK(sub.shape.heads % peers_ == 0, "heads must divide by the group size");
+    UIPC_CHECK(!sub.own_slice_written || sub.dir == Direction::kScatter, "only a scatter's own slice can be pre-written");
     if (!group_) open_group();
     // Past this point a failure is raised, never turned into a fallback: peers may
     // already be copying into our targets for this group.
-    SharedTarget& t = cache_.get(target_key(sub), static_cast<size_t>(exchange_result_elems(sub.shape)) * dtype_size(sub.shape.dtype), [this] { quiesce(); });
+    SharedTarget& t = target(sub);
     group_->tags += std::string(group_->tags.empty() ? "" : ",") + tag_name(sub.tag);
 
     // The copy streams read the source only once the producer has written it. The peers'
     // slices go on the copy stream, my own slice on a second stream beside it, so that
     // the local copy runs while the link is busy instead of after it; the copy stream
     // waits for it before the tag's interval ends (and so before the group's handshake).
+    const bool copy_self = !sub.own_slice_written;
     ready_evt_->record(producer);
     dev_.stream_wait_event(*copy_, *ready_evt_);
-    dev_.stream_wait_event(*self_, *ready_evt_);
+    if (copy_self) dev_.stream_wait_event(*self_, *ready_evt_);
     auto& iv = intervals_[sub.tag];
     if (!iv.first) iv = {dev_.create_event(), dev_.create_event()};
     iv.first->record(*copy_);
     for (int i = 0; i < peers_; ++i) {
       const int peer = (me_ + 1 + i) % peers_;  // start with the next rank: spreads the load
+      if (peer == me_ && !copy_self) continue;
       Stream& s = peer == me_ ? *self_ : *copy_;
       for (const Copy2D& c : exchange_copies(sub, me_, peer, peers_)) {
         dev_.copy_2d(s, static_cast<unsigned char*>(t.peer_ptr[peer]) + c.dst_offset, c.dst_pitch,
                      static_cast<const unsigned char*>(sub.src) + c.src_offset, c.src_pitch, c.width, c.height);
       }
     }
-    self_done_->record(*self_);
-    dev_.stream_wait_event(*copy_, *self_done_);
+    if (copy_self) {
+      self_done_->record(*self_);
+      dev_.stream_wait_event(*copy_, *self_done_);
+    }
     iv.second->record(*copy_);
 
     auto ex = std::make_unique<GroupExchange>(t.mine.get(), group_, dev_);
@@ -106,6 +123,7 @@ class IpcTransport : public Transport {
     handshake_.release(consumer, epoch_);
     released_->record(consumer);
     released_epoch_ = epoch_;
+    cache_.unpin_all();
   }
 
   std::pair<Event*, Event*> copy_interval(Tag tag) override {
@@ -129,6 +147,11 @@ class IpcTransport : public Transport {
     self_->synchronize();
   }
 
+  SharedTarget& target(const Submission& sub) {
+    return cache_.get(target_key(sub), static_cast<size_t>(exchange_result_elems(sub.shape)) * dtype_size(sub.shape.dtype),
+                      [this] { quiesce(); });
+  }
+
   // Before an eviction: nothing of ours in flight into the victim, our consumer done.
   void quiesce() {
     drain_copies();
@@ -140,7 +163,7 @@ class IpcTransport : public Transport {
     group_->epoch = ++epoch_;
     group_->done = dev_.create_event();
     group_->finisher = copy_.get();
-    handshake_.wait_released(*copy_, epoch_);
+    handshake_.wait_released(*copy_, released_epoch_);
     ++stats_.groups;
   }
 
@@ -168,12 +191,12 @@ class IpcTransport : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_ipc_transport(Device& dev, MPI_Comm group, int cache_capacity) {
-  return std::make_unique<IpcTransport>(dev, group, cache_capacity, MappingKind::kIpcHandle);
+std::unique_ptr<Transport> make_ipc_transport(Device& dev, MPI_Comm group, const TransportOptions& opts) {
+  return std::make_unique<IpcTransport>(dev, group, opts, MappingKind::kIpcHandle);
 }
 
-std::unique_ptr<Transport> make_vmm_transport(Device& dev, MPI_Comm group, int cache_capacity) {
-  return std::make_unique<IpcTransport>(dev, group, cache_capacity, MappingKind::kFileDescriptor);
+std::unique_ptr<Transport> make_vmm_transport(Device& dev, MPI_Comm group, const TransportOptions& opts) {
+  return std::make_unique<IpcTransport>(dev, group, opts, MappingKind::kFileDescriptor);
 }
 
 }  // namespace uipc

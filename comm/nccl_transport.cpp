@@ -1,6 +1,8 @@
 // The baseline transport: pack head slices into per-peer chunks, one all-to-all per
 // group (NCCL on GPUs, MPI on the host device), unpack into the final layout.
-// Stream order is the completion: results are ready on the producer stream.
+// Stream order is the completion: results are ready on the producer stream. A rank's own
+// slice written by its producer (own_slice()) is neither packed nor unpacked; its chunk
+// of the all-to-all still travels (to this rank itself) and goes unread.
 #include <map>
 #include <tuple>
 
@@ -29,6 +31,15 @@ class NcclTransport : public Transport {
  public:
   NcclTransport(Device& dev, Collectives& coll) : dev_(dev), coll_(coll) {}
   std::string name() const override { return "nccl"; }
+
+  OwnSlice own_slice(Tag tag, const ExchangeShape& shape) override {
+    UIPC_CHECK(shape.heads % coll_.size() == 0, "heads must divide by the group size");
+    Submission sub;
+    sub.tag = tag;
+    sub.dir = Direction::kScatter;
+    sub.shape = shape;
+    return own_slice_of(result_buffer(sub), shape, coll_.rank(), coll_.size());
+  }
 
   std::unique_ptr<Exchange> submit(const Submission& sub, Stream& producer) override {
     const int peers = coll_.size();
@@ -89,6 +100,7 @@ class NcclTransport : public Transport {
       const size_t slice = exchange_slice_bytes(p.sub.shape, peers);
       const size_t per_batch = slice / static_cast<size_t>(p.sub.shape.batch);
       for (int peer = 0; peer < peers; ++peer) {
+        if (peer == me && p.sub.own_slice_written) continue;  // already in place: its chunk goes unread
         auto copies = exchange_copies(p.sub, me, peer, peers);
         for (size_t b = 0; b < copies.size(); ++b) {
           const Copy2D& c = copies[b];
@@ -105,6 +117,7 @@ class NcclTransport : public Transport {
       const size_t slice = exchange_slice_bytes(p.sub.shape, peers);
       const size_t per_batch = slice / static_cast<size_t>(p.sub.shape.batch);
       for (int from = 0; from < peers; ++from) {
+        if (from == me && p.sub.own_slice_written) continue;
         // What `from` packed for us is where exchange_copies(from -> me) puts it.
         auto copies = exchange_copies(p.sub, from, me, peers);
         for (size_t b = 0; b < copies.size(); ++b) {

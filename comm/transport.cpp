@@ -82,15 +82,14 @@ SelectedTransport select_transport(const std::string& requested, const Transport
     *why = vmm ? vmm_ineligible_reason(dev, setup.group, setup.group_nodes)
                : ipc_ineligible_reason(dev, setup.group, setup.group_nodes);
     if (!why->empty()) return nullptr;
-    return vmm ? make_vmm_transport(dev, setup.group, setup.cache_capacity)
-               : make_ipc_transport(dev, setup.group, setup.cache_capacity);
+    return vmm ? make_vmm_transport(dev, setup.group, setup.options) : make_ipc_transport(dev, setup.group, setup.options);
   };
   std::string why;
   if (requested == "hier") {
     why = hier_ineligible_reason(dev, setup.group, setup.group_nodes);
     if (why.empty()) {
       sel.transport = make_hier_transport(dev, setup.group, setup.group_nodes, setup.make_collectives,
-                                          setup.cache_capacity, setup.hier_chunks);
+                                          setup.options.cache_capacity, setup.hier_chunks);
       sel.used = "hier";
       return sel;
     }

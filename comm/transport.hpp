@@ -41,6 +41,21 @@ struct Submission {
   int64_t src_row_pitch = 0;  // elements between token rows of src (scatter only; 0 = dense)
   ExchangeShape shape;
   bool barrier = false;       // last submission of its group
+  // The producer has already written this rank's own slice where own_slice() said (on
+  // the producer stream, before this submission): the transport moves only the peers'.
+  bool own_slice_written = false;
+};
+
+// Where a producer may write this rank's own slice of a scatter's result itself, so that
+// no copy of it remains: heads [head_begin, head_begin + head_count) of the submitted
+// tensor land at this rank's tokens of the final layout. `data` is element (b = 0, first
+// of this rank's tokens, head_begin, 0) there; `row_pitch` elements lie between tokens,
+// `batch_pitch` between batches. data == nullptr: this transport moves the own slice
+// itself (submit with own_slice_written = false).
+struct OwnSlice {
+  void* data = nullptr;
+  int head_begin = 0, head_count = 0;
+  int64_t row_pitch = 0, batch_pitch = 0;
 };
 
 // The result of one submission. data() is valid once wait() has been enqueued on the
@@ -62,6 +77,14 @@ class Transport {
  public:
   virtual ~Transport() = default;
   virtual std::string name() const = 0;
+  // The own slice of the coming scatter submission of `tag` with `shape` (identical on
+  // every rank of the group: it may be collective, like a target-cache miss). Valid until
+  // the consumer's release() after that submission's group.
+  virtual OwnSlice own_slice(Tag tag, const ExchangeShape& shape) {
+    (void)tag;
+    (void)shape;
+    return {};
+  }
   // producer: the stream on which src becomes ready.
   virtual std::unique_ptr<Exchange> submit(const Submission& sub, Stream& producer) = 0;
   // The consumer stream is done reading the results of the last group: peers may write
@@ -85,6 +108,14 @@ struct NodeLayout;  // comm/nodes.hpp
 // for the groups a transport forms itself (hier's rails).
 using CollectivesFactory = std::function<std::unique_ptr<Collectives>(MPI_Comm)>;
 
+// How an IPC transport (ipc, vmm) runs; the non-default values are the ablations that
+// measure what each part of the design buys.
+struct TransportOptions {
+  int cache_capacity = 12;     // final-layout targets cached (bounded, LRU)
+  bool cache_targets = true;   // false: every layer allocates and exchanges its targets anew
+  StreamPriority copy_priority = StreamPriority::kHigh;  // of the copy stream
+};
+
 // The NCCL baseline: pack head slices, all-to-all over `coll`, unpack. One all-to-all
 // per group (its submissions are packed together at the barrier).
 std::unique_ptr<Transport> make_nccl_transport(Device& dev, Collectives& coll);
@@ -92,13 +123,13 @@ std::unique_ptr<Transport> make_nccl_transport(Device& dev, Collectives& coll);
 // The IPC transport over the ranks of `group` (all on one node): copies from each
 // rank straight into peers' cached final-layout targets on a high-priority copy
 // stream, one grouped epoch handshake per group. `cache_capacity` bounds the targets.
-std::unique_ptr<Transport> make_ipc_transport(Device& dev, MPI_Comm group, int cache_capacity);
+std::unique_ptr<Transport> make_ipc_transport(Device& dev, MPI_Comm group, const TransportOptions& opts);
 
 // The same protocol (same copies, same handshake) on library-owned memory: targets and
 // signal words from Device::alloc_fd_shareable (CUDA VMM with POSIX-descriptor handles;
 // memfd on the host device), shared as descriptors over node-local Unix sockets
 // (comm/fd_exchange.hpp). Its name() is "vmm".
-std::unique_ptr<Transport> make_vmm_transport(Device& dev, MPI_Comm group, int cache_capacity);
+std::unique_ptr<Transport> make_vmm_transport(Device& dev, MPI_Comm group, const TransportOptions& opts);
 
 // Why the IPC transport cannot serve `group` ("" = it can); `group_nodes` is the node
 // layout of the group's ranks (NodeLayout::of). Collective over group: all ranks get the
@@ -135,7 +166,7 @@ struct TransportSetup {
   const NodeLayout& group_nodes;      // the group's ranks' nodes (NodeLayout::of)
   Collectives& coll;                  // over the group (the nccl transport's data path)
   CollectivesFactory make_collectives;  // for the sub-groups a transport forms (hier)
-  int cache_capacity = 12;            // IPC target cache entries
+  TransportOptions options;           // IPC target cache and copy stream (ipc, vmm; hier's cache size)
   int hier_chunks = 4;                // token chunks per batch of hier's pipeline
 };
 

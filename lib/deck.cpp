@@ -27,7 +27,7 @@ const std::vector<std::string>& case_fields() {
   static const std::vector<std::string> f = {
       "name",      "description", "batch",      "seq_len",    "heads",      "head_dim",   "dtype",      "qk_norm",
       "norm_eps",  "rope",        "rope_theta", "fused_qkv",  "ulysses",    "tp",         "transports", "schedules",
-      "warmup",    "iterations",  "repeats",    "seed",       "tol_max_abs", "tol_rel_l2", "watchdog_s"};
+      "warmup",    "iterations",  "repeats",    "seed",       "tol_max_abs", "tol_rel_l2", "watchdog_s", "ablations"};
   return f;
 }
 const std::vector<std::string> kRequiredFields = {"batch", "seq_len", "heads", "head_dim", "dtype"};
@@ -176,6 +176,7 @@ Case read_case(const h5::Group& g, const std::string& name) {
   if (g.has_attr("tp")) c.tp = read_int32(g, "tp");
   if (g.has_attr("transports")) c.transports = g.read_string_list("transports", kMaxListItems);
   if (g.has_attr("schedules")) c.schedules = g.read_string_list("schedules", kMaxListItems);
+  if (g.has_attr("ablations")) c.ablations = g.read_string_list("ablations", kMaxListItems);
   if (g.has_attr("warmup")) c.warmup = read_int32(g, "warmup");
   if (g.has_attr("iterations")) c.iterations = read_int32(g, "iterations");
   if (g.has_attr("repeats")) c.repeats = read_int32(g, "repeats");
@@ -209,8 +210,14 @@ const std::vector<std::string>& known_transports() {
   return v;
 }
 
+const std::vector<std::string>& known_ablations() {
+  static const std::vector<std::string> v = {"own-slice-copy", "no-pitched-copies", "no-grouped-handshake",
+                                             "normal-priority", "no-target-cache"};
+  return v;
+}
+
 const std::vector<std::string>& known_schedules() {
-  static const std::vector<std::string> v = {"baseline", "v-first", "v-first-split"};
+  static const std::vector<std::string> v = {"baseline", "v-first", "v-project-first", "v-first-split"};
   return v;
 }
 
@@ -280,6 +287,7 @@ void validate_case(const Case& c) {
 
   check_names(c, "transports", c.transports, known_transports());
   check_names(c, "schedules", c.schedules, known_schedules());
+  if (!c.ablations.empty()) check_names(c, "ablations", c.ablations, known_ablations());
   check_range<int>(c, "warmup", c.warmup, 0, kMaxWarmup);
   check_range<int>(c, "iterations", c.iterations, 1, kMaxIterations);
   check_range<int>(c, "repeats", c.repeats, 1, kMaxRepeats);
@@ -377,6 +385,7 @@ void write_case_attributes(const h5::Group& g, const Case& c) {
   g.write_attr("tp", c.tp);
   g.write_attr("transports", c.transports);
   g.write_attr("schedules", c.schedules);
+  if (!c.ablations.empty()) g.write_attr("ablations", c.ablations);
   g.write_attr("warmup", c.warmup);
   g.write_attr("iterations", c.iterations);
   g.write_attr("repeats", c.repeats);
@@ -429,6 +438,7 @@ std::string format_deck(const Deck& deck) {
       << "\n";
     o << "  transports   " << join(c.transports) << "\n";
     o << "  schedules    " << join(c.schedules) << "\n";
+    if (!c.ablations.empty()) o << "  ablations    " << join(c.ablations) << " (each a run beside the full design)\n";
     o << "  run          warmup " << c.warmup << ", iterations " << c.iterations << ", repeats " << c.repeats
       << " (layers, per transport x schedule)\n";
     o << "  seed         " << c.seed << "\n";

@@ -34,6 +34,9 @@ struct Case {
   // run
   std::vector<std::string> transports{"nccl", "ipc"};
   std::vector<std::string> schedules{"baseline", "v-first", "v-first-split"};
+  // Ablations, each a run of its own beside every transport x schedule it applies to
+  // (known_ablations()); empty: the full design only.
+  std::vector<std::string> ablations;
   int warmup = 1;
   int iterations = 3;
   int repeats = 1;
@@ -56,6 +59,7 @@ struct Deck {
 // Transport and schedule names the program knows (validation and --help).
 const std::vector<std::string>& known_transports();
 const std::vector<std::string>& known_schedules();
+const std::vector<std::string>& known_ablations();
 const char* norm_kind_name(NormKind k);   // "none", "rms", "rms_across_heads", "layer"
 const char* rope_kind_name(RopeKind k);   // "none", "1d"
 

@@ -193,7 +193,7 @@ const std::vector<Preset>& presets() {
        }},
       {"protocol",
        "The IPC protocol's acceptance deck (simulation-sized): Ulysses2, Ulysses4 and TP2+Ulysses2, each "
-       "comparing nccl, ipc and vmm under all three schedules, in bf16, fp16 and fp32. At 2 ranks the Ulysses2 "
+       "comparing nccl, ipc and vmm under all four schedules, in bf16, fp16 and fp32. At 2 ranks the Ulysses2 "
        "case runs; at 4 ranks the Ulysses4 and TP2+Ulysses2 cases.",
        [] {
          Case a;
@@ -205,7 +205,7 @@ const std::vector<Preset>& presets() {
          a.rope = RopeKind::k1D;
          a.fused_qkv = true;
          a.transports = {"nccl", "ipc", "vmm"};
-         a.schedules = {"baseline", "v-first", "v-first-split"};
+         a.schedules = {"baseline", "v-first", "v-project-first", "v-first-split"};
          a.warmup = 1;
          a.iterations = 2;
          a.repeats = 1;
@@ -351,8 +351,11 @@ const std::vector<FieldOption>& field_options() {
       {"--tp", "T", "tensor-parallel degree (1, 2, 4, 8)", [](Case& c, const std::string& v) { c.tp = parse_int(v); }},
       {"--transports", "a,b", "scatter transports to compare (nccl, ipc, vmm)",
        [](Case& c, const std::string& v) { c.transports = parse_list(v); }},
-      {"--schedules", "a,b", "schedules to compare (baseline, v-first, v-first-split)",
+      {"--schedules", "a,b", "schedules to compare (baseline, v-first, v-project-first, v-first-split)",
        [](Case& c, const std::string& v) { c.schedules = parse_list(v); }},
+      {"--ablations", "a,b", "ablation runs beside the full design (own-slice-copy, no-pitched-copies, "
+                             "no-grouped-handshake, normal-priority, no-target-cache; 'none' for none)",
+       [](Case& c, const std::string& v) { c.ablations = v == "none" ? std::vector<std::string>{} : parse_list(v); }},
       {"--warmup", "W", "untimed layers before timing (0..10000)",
        [](Case& c, const std::string& v) { c.warmup = parse_int(v); }},
       {"--iterations", "I", "timed layers per repeat (1..100000)",

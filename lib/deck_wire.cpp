@@ -148,7 +148,7 @@ class Reader {
 
 // The fixed-size part of one encoded case plus its string/list length prefixes: a
 // case count beyond left/kMinCaseBytes cannot be genuine.
-constexpr size_t kMinCaseBytes = 4 + 4 + 8 + 8 + 4 + 4 + 1 + 1 + 4 + 1 + 4 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 8 + 8 + 8;
+constexpr size_t kMinCaseBytes = 4 + 4 + 8 + 8 + 4 + 4 + 1 + 1 + 4 + 1 + 4 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + 4;
 
 template <class E>
 E read_enum(Reader& r, const char* what, int max_value) {
@@ -192,6 +192,7 @@ std::vector<unsigned char> serialize_deck(const Deck& deck) {
     w.f64(c.tol_max_abs);
     w.f64(c.tol_rel_l2);
     w.f64(c.watchdog_s);
+    w.list(c.ablations);
   }
   return w.take();
 }
@@ -235,6 +236,7 @@ Deck deserialize_deck(const unsigned char* data, size_t size) {
     c.tol_max_abs = r.f64("tol_max_abs");
     c.tol_rel_l2 = r.f64("tol_rel_l2");
     c.watchdog_s = r.f64("watchdog_s");
+    c.ablations = r.list("ablations");
     d.cases.push_back(std::move(c));
   }
   if (r.left() != 0) r.corrupt("the end", std::to_string(r.left()) + " bytes left over");
@@ -554,7 +556,7 @@ size_t estimate_case_bytes_per_rank(const Case& c, int world, bool rank0, bool s
   const uint64_t C = mul({H, D}), Sl = S / U, Ht = H / tp, Ct = mul({Ht, D}), M = mul({B, Sl});
   const uint64_t N = c.qk_norm == NormKind::kNone ? 0 : c.qk_norm == NormKind::kRmsAcrossHeads ? C : D;
   const uint64_t norm_vecs = c.qk_norm == NormKind::kLayerPerHead ? 4 : c.qk_norm == NormKind::kNone ? 0 : 2;
-  const uint64_t P = mul({c.transports.size(), c.schedules.size()});
+  const uint64_t P = mul({c.transports.size(), c.schedules.size(), 1 + c.ablations.size()});
   const uint64_t T = mul({pos(c.repeats), pos(c.iterations)});
   const uint64_t stages = static_cast<uint64_t>(kNumStages) + 1;
 

@@ -25,13 +25,14 @@ NormRopeParams norm_params(const Case& c, const LayerData& d, bool q) {
 
 bool is_submit(Step s) { return s == Step::kSubmitQ || s == Step::kSubmitK || s == Step::kSubmitV; }
 bool is_norm(Step s) { return s == Step::kNormQ || s == Step::kNormK; }
+int tag_index(Tag t) { return static_cast<int>(t); }  // Q, K, V: 0, 1, 2
 }  // namespace
 
 LayerPipeline::LayerPipeline(Device& dev, LayerKernels& kernels, const Case& c, const Layout& l,
                              const LayerData& data, const Schedule& schedule, Transport& scatter,
-                             Transport& gather, Collectives* tp_coll, Stream& compute)
+                             Transport& gather, Collectives* tp_coll, Stream& compute, const PipelineOptions& opts)
     : dev_(dev), kernels_(kernels), c_(c), l_(l), data_(data), schedule_(schedule), scatter_(scatter),
-      gather_(gather), tp_coll_(tp_coll), compute_(compute) {
+      gather_(gather), tp_coll_(tp_coll), compute_(compute), opts_(opts) {
   UIPC_CHECK(l.tp == 1 || tp_coll != nullptr, "tp > 1 needs a TP collective");
   const int64_t M = l.tokens_local(), Ct = l.width_tp();
   if (schedule_.fused)
@@ -70,27 +71,93 @@ QkView LayerPipeline::qk_view(bool q) const {
   return v;
 }
 
+ExchangeShape LayerPipeline::scatter_shape() const {
+  return ExchangeShape{l_.batch, l_.seq_local, l_.heads_tp, l_.head_dim, c_.dtype};
+}
+
+bool LayerPipeline::norm_applies() const { return c_.qk_norm != NormKind::kNone || c_.rope != RopeKind::kNone; }
+
+bool LayerPipeline::own_by_projection(Tag tag) const { return tag == Tag::kV || !norm_applies(); }
+
+const OwnSlice& LayerPipeline::own(Tag tag) {
+  const int i = tag_index(tag);
+  if (!own_fetched_[i]) {
+    own_[i] = opts_.own_slice_by_producer ? scatter_.own_slice(tag, scatter_shape()) : OwnSlice{};
+    own_fetched_[i] = true;
+  }
+  return own_[i];
+}
+
+void LayerPipeline::add_own_block(std::vector<OwnBlock>& blocks, Tag tag, int64_t tag_col) {
+  if (!own_by_projection(tag)) return;
+  const OwnSlice& o = own(tag);
+  if (o.data == nullptr) return;
+  blocks.push_back({tag_col + static_cast<int64_t>(o.head_begin) * l_.head_dim,
+                    static_cast<int64_t>(o.head_count) * l_.head_dim, o});
+}
+
+void LayerPipeline::project(const void* w, int64_t ldw, int64_t c0, int64_t c1, void* out, int64_t ldo,
+                            std::vector<OwnBlock> blocks) {
+  const int64_t M = l_.tokens_local(), C = l_.width();
+  const DType t = c_.dtype;
+  const size_t es = dtype_size(t);
+  auto wcol = [&](int64_t col) { return static_cast<const unsigned char*>(w) + static_cast<size_t>(col) * es; };
+  auto ocol = [&](int64_t col) { return static_cast<unsigned char*>(out) + static_cast<size_t>(col - c0) * es; };
+  std::sort(blocks.begin(), blocks.end(), [](const OwnBlock& a, const OwnBlock& b) { return a.col < b.col; });
+  int64_t cur = c0;
+  for (const OwnBlock& b : blocks) {
+    if (b.col > cur) kernels_.gemm(compute_, data_.x.get(), C, wcol(cur), ldw, ocol(cur), ldo, M, b.col - cur, C, t, t);
+    // The own block, batch by batch: the target's rows of one batch are consecutive.
+    for (int64_t bt = 0; bt < l_.batch; ++bt) {
+      kernels_.gemm(compute_, static_cast<const unsigned char*>(data_.x.get()) + static_cast<size_t>(bt * l_.seq_local * C) * es,
+                    C, wcol(b.col), ldw,
+                    static_cast<unsigned char*>(b.slice.data) + static_cast<size_t>(bt * b.slice.batch_pitch) * es,
+                    b.slice.row_pitch, l_.seq_local, b.width, C, t, t);
+    }
+    cur = b.col + b.width;
+  }
+  if (cur < c1) kernels_.gemm(compute_, data_.x.get(), C, wcol(cur), ldw, ocol(cur), ldo, M, c1 - cur, C, t, t);
+}
+
 void LayerPipeline::run_step(Step step, bool last_submit) {
-  const int64_t M = l_.tokens_local(), C = l_.width(), Ct = l_.width_tp();
+  const int64_t M = l_.tokens_local(), Ct = l_.width_tp();
   const DType t = c_.dtype;
   switch (step) {
     case Step::kProjectQkv:
-      kernels_.gemm(compute_, data_.x.get(), C, data_.w_qkv.get(), 3 * Ct, qkv_.get(), 3 * Ct, M, 3 * Ct, C, t, t);
+    case Step::kProjectFusedV:
+    case Step::kProjectFusedQK: {
+      // Columns of the fused weight: Q at 0, K at Ct, V at 2Ct.
+      const int64_t c0 = step == Step::kProjectFusedV ? 2 * Ct : 0;
+      const int64_t c1 = step == Step::kProjectFusedQK ? 2 * Ct : 3 * Ct;
+      std::vector<OwnBlock> blocks;
+      for (Tag tag : {Tag::kQ, Tag::kK, Tag::kV}) {
+        const int64_t col = tag_index(tag) * Ct;
+        if (col >= c0 && col < c1) add_own_block(blocks, tag, col);
+      }
+      project(data_.w_qkv.get(), 3 * Ct, c0, c1, static_cast<unsigned char*>(qkv_.get()) + bytes_of(c0, t), 3 * Ct,
+              std::move(blocks));
       break;
+    }
     case Step::kProjectQ:
-      kernels_.gemm(compute_, data_.x.get(), C, data_.w_q.get(), Ct, q_.get(), Ct, M, Ct, C, t, t);
-      break;
     case Step::kProjectK:
-      kernels_.gemm(compute_, data_.x.get(), C, data_.w_k.get(), Ct, k_.get(), Ct, M, Ct, C, t, t);
+    case Step::kProjectV: {
+      const Tag tag = step == Step::kProjectQ ? Tag::kQ : step == Step::kProjectK ? Tag::kK : Tag::kV;
+      const DeviceBuffer& w = tag == Tag::kQ ? data_.w_q : tag == Tag::kK ? data_.w_k : data_.w_v;
+      DeviceBuffer& out = tag == Tag::kQ ? q_ : tag == Tag::kK ? k_ : v_;
+      std::vector<OwnBlock> blocks;
+      add_own_block(blocks, tag, 0);
+      project(w.get(), Ct, 0, Ct, out.get(), Ct, std::move(blocks));
       break;
-    case Step::kProjectV:
-      kernels_.gemm(compute_, data_.x.get(), C, data_.w_v.get(), Ct, v_.get(), Ct, M, Ct, C, t, t);
-      break;
+    }
     case Step::kNormQ:
     case Step::kNormK: {
       const bool q = step == Step::kNormQ;
-      if (c_.qk_norm != NormKind::kNone || c_.rope != RopeKind::kNone)
-        kernels_.norm_rope(compute_, qk_view(q), t, norm_params(c_, data_, q));
+      if (norm_applies()) {
+        QkView v = qk_view(q);
+        const OwnSlice& o = own(q ? Tag::kQ : Tag::kK);
+        if (o.data != nullptr) v.out = HeadSliceOut{o.data, o.head_begin, o.head_count, o.row_pitch, o.batch_pitch};
+        kernels_.norm_rope(compute_, v, t, norm_params(c_, data_, q));
+      }
       break;
     }
     case Step::kSubmitQ:
@@ -100,15 +167,25 @@ void LayerPipeline::run_step(Step step, bool last_submit) {
       sub.tag = step == Step::kSubmitQ ? Tag::kQ : step == Step::kSubmitK ? Tag::kK : Tag::kV;
       sub.dir = Direction::kScatter;
       if (schedule_.fused) {
-        const int64_t col = sub.tag == Tag::kQ ? 0 : sub.tag == Tag::kK ? Ct : 2 * Ct;
+        const int64_t col = tag_index(sub.tag) * Ct;
         sub.src = static_cast<unsigned char*>(qkv_.get()) + bytes_of(col, t);
         sub.src_row_pitch = 3 * Ct;  // the strided view: no packing copy
       } else {
         sub.src = (sub.tag == Tag::kQ ? q_ : sub.tag == Tag::kK ? k_ : v_).get();
         sub.src_row_pitch = Ct;
       }
-      sub.shape = ExchangeShape{l_.batch, l_.seq_local, l_.heads_tp, l_.head_dim, t};
-      sub.barrier = last_submit;
+      if (opts_.pack_strided && sub.src_row_pitch != Ct) {
+        // Ablation: the strided view copied into a contiguous buffer first.
+        DeviceBuffer& packed = packed_[tag_index(sub.tag)];
+        if (!packed) packed = dev_.alloc(bytes_of(M * Ct, t));
+        dev_.copy_2d(compute_, packed.get(), bytes_of(Ct, t), sub.src, bytes_of(sub.src_row_pitch, t), bytes_of(Ct, t),
+                     static_cast<size_t>(M));
+        sub.src = packed.get();
+        sub.src_row_pitch = Ct;
+      }
+      sub.shape = scatter_shape();
+      sub.barrier = last_submit || !opts_.grouped_handshake;
+      sub.own_slice_written = own(sub.tag).data != nullptr;
       auto ex = scatter_.submit(sub, compute_);
       (sub.tag == Tag::kQ ? ex_q_ : sub.tag == Tag::kK ? ex_k_ : ex_v_) = std::move(ex);
       break;
@@ -123,6 +200,7 @@ void LayerPipeline::enqueue_layer() {
   for (size_t i = 0; i < schedule_.steps.size(); ++i)
     if (is_submit(schedule_.steps[i])) last = i;
 
+  for (bool& f : own_fetched_) f = false;  // own slices: looked up again each layer
   ev_start_->record(compute_);
   for (size_t i = 0; i < schedule_.steps.size(); ++i) {
     set_activity(is_submit(schedule_.steps[i]) ? "submitting the scatter" : "enqueueing the projection and norms");
@@ -186,15 +264,19 @@ LayerTiming LayerPipeline::last_timing() {
   t.stage_ms[kStageOutProjection] = end - gathered;
   t.stage_ms[kStageLayer] = end;
 
-  // Overlap of V's copies with the norm steps, from events on both streams.
+  // Overlap of V's copies with the compute steps that follow V's submission (the work
+  // V hides behind: the Q/K norm, or the Q/K projection), from events on both streams.
   auto [v0, v1] = scatter_.copy_interval(Tag::kV);
   if (v0 && v1) {
     const double vs = at(*v0), ve = at(*v1);
     t.v_copy_ms = ve - vs;
     prev = 0;
+    bool after_v = false;
     for (size_t i = 0; i < schedule_.steps.size(); ++i) {
       const double now = at(*ev_steps_[i]);
-      if (is_norm(schedule_.steps[i])) t.v_overlap_ms += std::max(0.0, std::min(now, ve) - std::max(prev, vs));
+      const Step s = schedule_.steps[i];
+      if (after_v && !is_submit(s)) t.v_overlap_ms += std::max(0.0, std::min(now, ve) - std::max(prev, vs));
+      if (s == Step::kSubmitV) after_v = true;
       prev = now;
     }
   }

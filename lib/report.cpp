@@ -49,7 +49,9 @@ std::vector<std::string> stage_names() {
   return v;
 }
 
-std::string run_group_name(const RunResult& r) { return r.transport_requested + "." + r.schedule; }
+std::string run_group_name(const RunResult& r) {
+  return r.transport_requested + "." + r.schedule + (r.ablation.empty() ? "" : "+" + r.ablation);
+}
 
 // Everything that would make the file malformed is checked before the file exists, so
 // a bad call leaves nothing behind (not even a temporary).
@@ -122,6 +124,7 @@ void write_run(const h5::Group& cg, const RunResult& r) {
   g.write_attr("collectives", r.collectives);
   g.write_attr("attention", r.attention);
   g.write_attr("schedule", r.schedule);
+  g.write_attr("ablation", r.ablation);
   g.write_attr("projection", r.projection);
   g.write_attr("parity_pass", r.parity_pass ? 1 : 0);
   g.write_attr("parity_max_abs", r.parity_max_abs);

@@ -33,6 +33,7 @@ struct RunResult {
   std::string collectives;          // library under the nccl transport, gather and TP all-reduce: "nccl" or "mpi"
   std::string attention;            // attention implementation: "host", "cudnn-sdpa", "reference"
   std::string schedule;
+  std::string ablation;             // "" for the full design, else the ablation this run measures
   std::string projection;           // "fused" or "separate"
   bool parity_pass = false;
   double parity_max_abs = 0;

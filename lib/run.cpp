@@ -160,6 +160,26 @@ void corrupt_output_for_tests(Device& dev, const DeviceBuffer& y, DType t, int r
   dev.copy_to_device(y.get(), e, dtype_size(t));
 }
 
+// The runs of one transport under each schedule of the case: the full design (ablation
+// ""), then each ablation of the case (or of --ablations) that applies to it.
+std::vector<std::pair<std::string, std::string>> schedule_runs(const Case& c, const RunOptions& opt,
+                                                               const std::string& transport) {
+  const std::vector<std::string>& ablations = opt.ablations_set ? opt.ablations : c.ablations;
+  const bool ipc_family = transport == "ipc" || transport == "vmm";
+  std::vector<std::pair<std::string, std::string>> runs;
+  for (const auto& sname : c.schedules) {
+    runs.emplace_back(sname, "");
+    const bool fused = make_schedule(sname, c.fused_qkv).fused;
+    for (const auto& a : ablations) {
+      if (a == "none") continue;
+      if ((a == "no-target-cache" || a == "normal-priority") && !ipc_family) continue;  // IPC protocol parts
+      if (a == "no-pitched-copies" && !fused) continue;  // separate projections have no strided views
+      runs.emplace_back(sname, a);
+    }
+  }
+  return runs;
+}
+
 class Printer {
  public:
   explicit Printer(bool quiet) : quiet_(quiet) { MPI_Comm_rank(MPI_COMM_WORLD, &rank_); }
@@ -289,9 +309,9 @@ int run_deck(const RunOptions& opt) {
     const NodeLayout unodes = nodes.of(ucomm.get(), MPI_COMM_WORLD);
     auto ucoll = be.make_collectives(ucomm.get());
     auto tcoll = l.tp > 1 ? be.make_collectives(tcomm.get()) : nullptr;
-    TransportSetup setup{*be.device, ucomm.get(), unodes, *ucoll,
-                         [&be](MPI_Comm c) { return be.make_collectives(c); }, opt.cache_capacity,
-                         opt.hier_chunks};
+    TransportSetup setup{*be.device, ucomm.get(), unodes, *ucoll, [&be](MPI_Comm c) { return be.make_collectives(c); }, {}};
+    setup.options.cache_capacity = opt.cache_capacity;
+    setup.hier_chunks = opt.hier_chunks;
 
     HostLayerData host = generate_layer_data(c, l);
     LayerData data = upload_layer_data(*be.device, c, l, host);
@@ -306,10 +326,19 @@ int run_deck(const RunOptions& opt) {
     CaseResult cr;
     cr.spec = c;
     for (const auto& tname : c.transports) {
-      for (const auto& sname : c.schedules) {
+      for (const auto& [sname, ablation] : schedule_runs(c, opt, tname)) {
         Schedule sched = make_schedule(sname, c.fused_qkv);
+        TransportOptions topts = setup.options;
+        topts.cache_targets = ablation != "no-target-cache";
+        topts.copy_priority = ablation == "normal-priority" ? StreamPriority::kNormal : StreamPriority::kHigh;
+        PipelineOptions popts;
+        popts.own_slice_by_producer = ablation != "own-slice-copy";
+        popts.pack_strided = ablation == "no-pitched-copies";
+        popts.grouped_handshake = ablation != "no-grouped-handshake";
         set_activity("selecting the scatter transport");
-        SelectedTransport sel = select_transport(tname, setup);
+        TransportSetup run_setup = setup;
+        run_setup.options = topts;
+        SelectedTransport sel = select_transport(tname, run_setup);
         // The output gather: NCCL (the seed measured it faster) unless asked otherwise or
         // unusable; IPC reuses the scatter's transport when that is ipc, vmm or hier (the
         // same protocol; hier's gather is its hierarchical path backwards), and the report
@@ -335,6 +364,7 @@ int run_deck(const RunOptions& opt) {
         rr.gather_transport = gather_name;
         rr.collectives = ucoll->name();
         rr.schedule = sname;
+        rr.ablation = ablation;
         rr.projection = sched.fused ? "fused" : "separate";
         rr.repeats = c.repeats;
         rr.iterations = c.iterations;
@@ -344,11 +374,13 @@ int run_deck(const RunOptions& opt) {
         rr.v_copy_ms.assign(rr.v_overlap_ms.size(), -1.0);
 
         set_activity("building the layer pipeline");
-        const std::string layer_start = "the start of a timed layer of " + tname + "/" + sname;
+        const std::string run_label = sname + (ablation.empty() ? "" : "+" + ablation);
+        const std::string layer_start = "the start of a timed layer of " + tname + "/" + run_label;
         // On GPUs the ranks must leave that barrier together (polling, not napping);
         // simulated ranks share the CPU with their streams' workers and time nothing real.
         const double align_spin_s = be.mode == "gpu" ? 0.05 : 0.0;
-        LayerPipeline pipe(*be.device, *be.kernels, c, l, data, sched, *sel.transport, *gather, tcoll.get(), *compute);
+        LayerPipeline pipe(*be.device, *be.kernels, c, l, data, sched, *sel.transport, *gather, tcoll.get(), *compute,
+                           popts);
         for (int rep = 0; rep < c.repeats; ++rep) {
           for (int w = 0; w < c.warmup; ++w) {
             set_activity("starting a warmup layer");
@@ -405,12 +437,12 @@ int run_deck(const RunOptions& opt) {
         sel.transport->close_peer_mappings();
         if (own_gather) own_gather->close_peer_mappings();
         set_activity("at the barrier ending a run");
-        barrier_bounded(MPI_COMM_WORLD, be.device->watchdog_seconds(), "the end of run " + tname + "/" + sname);
+        barrier_bounded(MPI_COMM_WORLD, be.device->watchdog_seconds(), "the end of run " + tname + "/" + run_label);
 
         std::vector<double> layer_ms;
         for (size_t i = 0; i < rr.stage_ms.size(); i += kNumStages) layer_ms.push_back(rr.stage_ms[i + kStageLayer]);
         out.line("  %-24s %-5s%-6s %-14s parity %s (max_abs %.2e, rel_l2 %.2e)  layer median %.3f ms\n",
-                 c.name.c_str(), tname.c_str(), sel.used == tname ? "" : ("->" + sel.used).c_str(), sname.c_str(),
+                 c.name.c_str(), tname.c_str(), sel.used == tname ? "" : ("->" + sel.used).c_str(), run_label.c_str(),
                  rr.parity_pass ? "PASS" : "FAIL", p.max_abs, p.rel_l2, rank == 0 ? percentile(layer_ms, 50) : 0.0);
         cr.runs.push_back(std::move(rr));
       }

@@ -9,8 +9,10 @@
 namespace uipc {
 
 enum class Step {
-  kProjectQkv,  // fused: one GEMM into (M, 3, Ht, D)
-  kProjectQ,    // separate projections into contiguous (M, Ht, D) buffers
+  kProjectQkv,      // fused: one GEMM into (M, 3, Ht, D)
+  kProjectFusedV,   // fused, split by columns: V's columns only ...
+  kProjectFusedQK,  // ... then Q's and K's (one GEMM over both), same buffer and strides
+  kProjectQ,        // separate projections into contiguous (M, Ht, D) buffers
   kProjectK,
   kProjectV,
   kNormQ,       // Q/K norm + RoPE, in place
@@ -26,8 +28,9 @@ struct Schedule {
   std::vector<Step> steps;
 };
 
-// The steps of schedule `name` (baseline follows the case's fused_qkv; v-first is fused
-// by definition, v-first-split separate). Throws InputError for an unknown name.
+// The steps of schedule `name` (baseline follows the case's fused_qkv; v-first and
+// v-project-first are fused by definition, v-first-split separate). Throws InputError for
+// an unknown name.
 Schedule make_schedule(const std::string& name, bool fused_qkv);
 
 }  // namespace uipc

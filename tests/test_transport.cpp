@@ -73,24 +73,29 @@ struct Fixture {
   }
   TransportSetup setup(const NodeLayout& layout, int chunks = 4) {
     TransportSetup st{*dev, MPI_COMM_WORLD, layout, *coll,
-                      [this](MPI_Comm c) { return make_mpi_collectives(c, *dev); }, 12};
+                      [this](MPI_Comm c) { return make_mpi_collectives(c, *dev); }, {}};
     st.hier_chunks = chunks;
     return st;
   }
   // "hier": 2 declared nodes (P/2 ranks each; one node at 1 rank, where hier is ipc);
   // "hier1": one rank per declared node.
   std::unique_ptr<Transport> make(const std::string& name, int capacity = 12, int chunks = 4) {
+    TransportOptions opts;
+    opts.cache_capacity = capacity;
+    return make(name, opts, chunks);
+  }
+  std::unique_ptr<Transport> make(const std::string& name, const TransportOptions& opts, int chunks = 4) {
     if (name == "hier" || name == "hier1") {
       const int P = world_size();
       hier_nodes = discover_nodes(MPI_COMM_WORLD, name == "hier1" ? 1 : (P % 2 == 0 ? std::max(1, P / 2) : P), 20);
       TransportSetup st = setup(hier_nodes, chunks);
-      st.cache_capacity = capacity;
+      st.options = opts;
       SelectedTransport sel = select_transport("hier", st);
       EXPECT_EQ(sel.used, P > 1 ? "hier" : "ipc") << sel.fallback_reason;
       return std::move(sel.transport);
     }
-    if (name == "ipc") return make_ipc_transport(*dev, MPI_COMM_WORLD, capacity);
-    if (name == "vmm") return make_vmm_transport(*dev, MPI_COMM_WORLD, capacity);
+    if (name == "ipc") return make_ipc_transport(*dev, MPI_COMM_WORLD, opts);
+    if (name == "vmm") return make_vmm_transport(*dev, MPI_COMM_WORLD, opts);
     return make_nccl_transport(*dev, *coll);
   }
   void finish(Transport& t) {
@@ -184,6 +189,89 @@ TEST_P(TransportTest, ScatterAndGatherAreBitExact) {
     tr->release(*f.compute);
     f.finish(*tr);
   }
+}
+
+// A producer that writes its own slice straight into the target (own_slice()): the
+// transport moves only the peers' slices. The source's own heads are poisoned, so a
+// transport that copied them anyway is caught; every epoch carries fresh values, so a
+// stale own slice is caught too.
+TEST_P(TransportTest, OwnSliceWrittenByItsProducerIsNeverCopied) {
+  const int P = world_size(), me = world_rank();
+  Fixture f;
+  auto tr = f.make(GetParam());
+  const uint64_t seed = shared_seed();
+  ExchangeShape s{2, 3, 2 * P, 8, DType::kBF16};
+  const int64_t row = s.heads * s.head_dim, hl = s.heads / P;
+  const size_t n = static_cast<size_t>(exchange_result_elems(s));
+  for (int epoch = 0; epoch < 6; ++epoch) {
+    const Tag tags[3] = {Tag::kV, Tag::kQ, Tag::kK};
+    std::vector<DeviceBuffer> keep;  // sources and staged own slices live until the group is done
+    std::unique_ptr<Exchange> ex[3];
+    for (int i = 0; i < 3; ++i) {
+      const uint64_t tensor = static_cast<uint64_t>(10 * epoch + i);
+      const OwnSlice own = tr->own_slice(tags[i], s);
+      ASSERT_NE(own.data, nullptr) << GetParam();
+      ASSERT_EQ(own.head_begin, me * hl);
+      ASSERT_EQ(own.head_count, hl);
+      std::vector<uint16_t> src = make_source(seed, tensor, s, me, row, 0);
+      std::vector<uint16_t> mine(static_cast<size_t>(s.batch * s.seq_local * hl * s.head_dim));
+      for (int64_t r = 0; r < s.batch * s.seq_local; ++r)
+        for (int64_t e = 0; e < hl * s.head_dim; ++e) {
+          const size_t at = static_cast<size_t>(r * row + me * hl * s.head_dim + e);
+          mine[static_cast<size_t>(r * hl * s.head_dim + e)] = src[at];
+          src[at] = 0xFFFF;  // poison: the transport must not read the own heads
+        }
+      keep.push_back(upload(*f.dev, src));
+      keep.push_back(upload(*f.dev, mine));
+      // The producer's write, on the producer stream: batch by batch into the target.
+      const size_t w = static_cast<size_t>(hl * s.head_dim) * 2;
+      for (int64_t b = 0; b < s.batch; ++b)
+        f.dev->copy_2d(*f.compute, static_cast<unsigned char*>(own.data) + b * own.batch_pitch * 2, own.row_pitch * 2,
+                       keep.back().as<unsigned char>() + b * s.seq_local * w, w, w, static_cast<size_t>(s.seq_local));
+      Submission sub{tags[i], Direction::kScatter, keep[keep.size() - 2].get(), row, s, i == 2};
+      sub.own_slice_written = true;
+      ex[i] = tr->submit(sub, *f.compute);
+    }
+    for (auto& e : ex) e->wait(*f.compute);
+    f.compute->synchronize();
+    for (int i = 0; i < 3; ++i)
+      ASSERT_EQ(read_back(*f.dev, ex[i]->data(), n), expected_scatter(seed, static_cast<uint64_t>(10 * epoch + i), s, me, P))
+          << GetParam() << " epoch " << epoch << " tag " << tag_name(tags[i]);
+    tr->release(*f.compute);
+  }
+  f.finish(*tr);
+}
+
+// One handshake per tensor (the no-grouped-handshake ablation): three groups pass between
+// two releases. A group must wait only for what the peers had released, never for the
+// release of a group whose results are still to be consumed (that would deadlock, and
+// the watchdog would end the test); every layer stays exact under skewed producers.
+TEST_P(TransportTest, OneGroupPerTensorKeepsTheReleaseOrder) {
+  const int P = world_size(), me = world_rank();
+  Fixture f(5.0);
+  auto tr = f.make(GetParam());
+  ExchangeShape s{1, 4, P, 8, DType::kBF16};
+  std::mt19937 skew(static_cast<unsigned>(shared_seed() + me));
+  for (int layer = 0; layer < 12; ++layer) {
+    const uint64_t seed = shared_seed();
+    std::vector<DeviceBuffer> src;
+    std::unique_ptr<Exchange> ex[3];
+    for (int j = 0; j < 3; ++j) {
+      src.push_back(upload(*f.dev, make_source(seed, static_cast<uint64_t>(j), s, me, s.heads * s.head_dim, 0)));
+      const int delay_us = static_cast<int>(skew() % 2000);
+      host_stream(*f.compute).enqueue([delay_us] { std::this_thread::sleep_for(std::chrono::microseconds(delay_us)); });
+      ex[j] = tr->submit(Submission{static_cast<Tag>(j), Direction::kScatter, src.back().get(), 0, s, true}, *f.compute);
+    }
+    for (auto& e : ex) e->wait(*f.compute);
+    f.compute->synchronize();
+    const size_t n = static_cast<size_t>(exchange_result_elems(s));
+    for (int j = 0; j < 3; ++j)
+      ASSERT_EQ(read_back(*f.dev, ex[j]->data(), n), expected_scatter(seed, static_cast<uint64_t>(j), s, me, P))
+          << GetParam() << " layer " << layer << " tensor " << j;
+    tr->release(*f.compute);
+  }
+  EXPECT_EQ(tr->stats().handshakes, 36);
+  f.finish(*tr);
 }
 
 // fp32 (4-byte elements) through the same path.

@@ -63,7 +63,7 @@ def case_lines(case: Case, link_gbs: float | None = None) -> list[str]:
     rows = []
     for run in case.runs:
         layer = run.stage("layer")
-        rows.append([_transport(run), run.schedule, run.projection or "-",
+        rows.append([_transport(run), run.schedule + (f"+{run.ablation}" if run.ablation else ""), run.projection or "-",
                      *(text.ms(v) for v in run.median_ms), text.ms(run.p10_ms[layer]), text.ms(run.p90_ms[layer]),
                      text.factor(case.speedup(run)), _scatter_x(case, run),
                      *([_bound(run, link_gbs)] if link_gbs else []), _parity(run), text.sci(run.parity_max_abs),
@@ -93,7 +93,7 @@ def write_text(report: Report, cases: list[Case], out: TextIO, link_gbs: float |
 
 
 CSV_FIELDS = (["report", "mode", "world_size", "case", "ulysses_degree", "run", "transport", "transport_used",
-               "fallback_reason", "schedule", "projection", "repeats", "iterations", "ranks"]
+               "fallback_reason", "schedule", "ablation", "projection", "repeats", "iterations", "ranks"]
               + [f"{s}_median_ms" for s in STAGES]
               + ["layer_p10_ms", "layer_p90_ms", "baseline_run", "speedup", "parity_pass", "parity_finite",
                  "parity_max_abs", "parity_rel_l2", "v_overlap_median_ms", "scatter_bandwidth_gbs",
@@ -111,7 +111,7 @@ def write_csv(report: Report, cases: list[Case], out: TextIO, link_gbs: float | 
             overlap: float | None = run.v_overlap_median()
             sx = case.scatter_speedup(run)
             w.writerow([report.path, report.mode, report.world_size, case.name, case.degree, run.name,
-                        run.transport, run.transport_used, run.fallback_reason, run.schedule, run.projection,
+                        run.transport, run.transport_used, run.fallback_reason, run.schedule, run.ablation, run.projection,
                         run.repeats, run.iterations, run.ranks, *(repr(float(v)) for v in run.median_ms),
                         repr(float(run.p10_ms[layer])), repr(float(run.p90_ms[layer])),
                         base.name if base else "", repr(case.speedup(run)), int(run.parity_pass),

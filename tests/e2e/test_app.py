@@ -66,7 +66,40 @@ def test_protocol_deck_all_layouts_transports_schedules(run, tmp_path, np_):
             assert a["handshakes_per_layer"] == 1  # one grouped handshake for Q, K and V
             assert a["cache_misses"] == 3  # Q, K, V targets, then reused across layers
             assert a["cache_hits"] == 3 * (a["iterations"] * a["repeats"] + 1) - 3
-    assert seen == {(t, s) for t in ("nccl", "ipc", "vmm") for s in ("baseline", "v-first", "v-first-split")}
+    assert seen == {(t, s) for t in ("nccl", "ipc", "vmm")
+                    for s in ("baseline", "v-first", "v-project-first", "v-first-split")}
+
+
+# Every ablation is a run of its own beside the full design, on the transports and
+# schedules it applies to, and keeps exact parity (the protocol parts it switches off are
+# what it measures, not what makes the result right).
+def test_ablations_are_runs_of_their_own_with_exact_parity(app, run, tmp_path):
+    deck = tmp_path / "abl.h5"
+    ablations = ["own-slice-copy", "no-pitched-copies", "no-grouped-handshake", "normal-priority", "no-target-cache"]
+    subprocess.run([app, "deck", "new", "--preset", "protocol", "--name", "u2-bf16", "--transports", "nccl,ipc",
+                    "--schedules", "baseline,v-first,v-project-first,v-first-split", "--ablations", ",".join(ablations),
+                    "-o", str(deck)], check=True, capture_output=True, text=True)
+    report = tmp_path / "abl-r.h5"
+    p = run(2, str(deck), "-o", str(report))
+    assert p.returncode == 0, p.stderr + p.stdout
+    got = {}
+    for _, name, a, _ in runs_of(report):
+        assert a["parity_pass"] == 1 and a["parity_max_abs"] == 0, (name, a)
+        got[(a["transport"], a["schedule"], a["ablation"])] = a
+        assert name == f"{a['transport']}.{a['schedule']}" + (f"+{a['ablation']}" if a["ablation"] else "")
+    for t in ("nccl", "ipc"):
+        for s in ("baseline", "v-first", "v-project-first", "v-first-split"):
+            want = {""} | {x for x in ablations
+                           if not (x in ("no-target-cache", "normal-priority") and t == "nccl")
+                           and not (x == "no-pitched-copies" and s == "v-first-split")}
+            assert {k[2] for k in got if k[:2] == (t, s)} == want, (t, s)
+    # What each ablation switches off shows in the counters.
+    ipc = got[("ipc", "v-first", "")]
+    assert ipc["handshakes_per_layer"] == 1 and ipc["cache_misses"] == 3
+    assert got[("ipc", "v-first", "no-grouped-handshake")]["handshakes_per_layer"] == 3
+    layers = ipc["iterations"] * ipc["repeats"] + 1
+    assert got[("ipc", "v-first", "no-target-cache")]["cache_misses"] == 3 * layers
+    assert got[("ipc", "v-first", "no-target-cache")]["cache_evictions"] == 3 * (layers - 1)
 
 
 def test_ipc_output_gather(run, tmp_path):
