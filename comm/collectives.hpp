@@ -25,6 +25,16 @@ struct PeerTransfer {
   size_t recv_bytes = 0;
 };
 
+// Device memory registered with a communicator, which its collectives move without
+// staging: on NCCL a symmetric window (ncclMemAlloc + ncclCommWindowRegister), the
+// memory NCCL 2.28's copy-engine collectives take; plain device memory on MPI.
+class RegisteredBuffer {
+ public:
+  virtual ~RegisteredBuffer() = default;
+  virtual void* get() const = 0;
+  virtual size_t bytes() const = 0;
+};
+
 class Collectives {
  public:
   virtual ~Collectives() = default;
@@ -40,11 +50,21 @@ class Collectives {
   virtual void send_recv(Stream& s, const std::vector<PeerTransfer>& transfers) = 0;
   // In place: buf[i] = sum over ranks of buf[i], fp32. Ordered on s.
   virtual void all_reduce_sum_f32(Stream& s, float* buf, size_t n) = 0;
+  // `bytes` of registered memory. Collective: every rank allocates the same size at the
+  // same point. Freed (deregistered) when the buffer goes; every rank must drop its
+  // buffers before the communicator.
+  virtual std::unique_ptr<RegisteredBuffer> alloc_registered(size_t bytes) = 0;
+  // Why an all_to_all between registered buffers does not run on copy engines ("": it
+  // does, as far as the library lets us tell).
+  virtual std::string copy_engine_note() const = 0;
 };
 
 // MPI over `comm` (duplicated; the caller keeps its own), staged through host memory
 // with the device's synchronous copies: the host device's collectives in simulation
 // mode, and on GPUs the path that works where NCCL cannot (several ranks on one GPU).
 std::unique_ptr<Collectives> make_mpi_collectives(MPI_Comm comm, Device& dev);
+
+// A RegisteredBuffer over plain device memory (what MPI collectives register).
+std::unique_ptr<RegisteredBuffer> plain_registered_buffer(Device& dev, size_t bytes);
 
 }  // namespace uipc

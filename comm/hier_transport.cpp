@@ -108,13 +108,24 @@ class HierTransport : public Transport {
 
   std::string name() const override { return "hier"; }
 
+  // My own slice of a scatter lies in my target like ipc's (the relays follow the final
+  // layout in the same buffer): a producer may write it there.
+  OwnSlice own_slice(Tag tag, const ExchangeShape& shape) override {
+    UIPC_CHECK(shape.heads % P_ == 0, "heads must divide by the group size");
+    Submission sub;
+    sub.tag = tag;
+    sub.dir = Direction::kScatter;
+    sub.shape = shape;
+    return own_slice_of(target_of(sub).mine.get(), shape, n_ * L_ + l_, P_);
+  }
+
   std::unique_ptr<Exchange> submit(const Submission& sub, Stream& producer) override {
     UIPC_CHECK(sub.shape.heads % P_ == 0, "heads must divide by the group size");
+    UIPC_CHECK(!sub.own_slice_written || sub.dir == Direction::kScatter, "only a scatter's own slice can be pre-written");
     if (!group_) open_group(sub.dir);
     UIPC_CHECK(sub.dir == group_dir_, "hier: a group is all scatter or all gather");
     const HierShape h(sub.shape, P_, L_);
-    SharedTarget& t = cache_->get(target_key(sub), h.target_bytes + static_cast<size_t>(N_ - 1) * h.relay_bytes,
-                                  [this] { quiesce(); });
+    SharedTarget& t = target_of(sub);
     group_->tags += std::string(group_->tags.empty() ? "" : ",") + tag_name(sub.tag);
     ready_evt_->record(producer);
     if (sub.dir == Direction::kScatter)
@@ -175,11 +186,19 @@ class HierTransport : public Transport {
     intervals_[tag].second->record(*copy_);
   }
 
-  // My slices for the ranks of my node, straight into their targets (as `ipc` does).
+  SharedTarget& target_of(const Submission& sub) {
+    const HierShape h(sub.shape, P_, L_);
+    return cache_->get(target_key(sub), h.target_bytes + static_cast<size_t>(N_ - 1) * h.relay_bytes,
+                       [this] { quiesce(); });
+  }
+
+  // My slices for the ranks of my node, straight into their targets (as `ipc` does);
+  // my own one only if its producer did not write it there.
   void copy_to_node(const Submission& sub, const SharedTarget& t) {
     const int g = n_ * L_ + l_;
     for (int i = 0; i < L_; ++i) {
       const int j = (l_ + 1 + i) % L_;
+      if (j == l_ && sub.own_slice_written) continue;
       for (const Copy2D& c : exchange_copies(sub, g, n_ * L_ + j, P_))
         dev_.copy_2d(stream_to(j), target(t, j) + c.dst_offset, c.dst_pitch,
                      static_cast<const unsigned char*>(sub.src) + c.src_offset, c.src_pitch, c.width, c.height);

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -79,9 +80,37 @@ bool settle(ncclComm_t comm, double timeout_s, const char* what) {
 // test suite can check that the others give up in bounded time.
 const char* const kAbsentRankEnv = "ULYSSES_TEST_NCCL_ABSENT_RANK";
 
+// A symmetric window: ncclMemAlloc'ed and registered with NCCL_WIN_COLL_SYMMETRIC (every
+// rank's buffer at the same offsets), deregistered and freed when it goes.
+class NcclWindow final : public RegisteredBuffer {
+ public:
+  NcclWindow(ncclComm_t comm, size_t bytes, const std::function<void(ncclResult_t, const char*)>& enqueued)
+      : comm_(comm), bytes_(bytes) {
+    UIPC_NCCL_CHECK(ncclMemAlloc(&ptr_, bytes));
+    try {
+      enqueued(ncclCommWindowRegister(comm_, ptr_, bytes, &win_, NCCL_WIN_COLL_SYMMETRIC), "ncclCommWindowRegister");
+    } catch (...) {
+      ncclMemFree(ptr_);
+      throw;
+    }
+  }
+  ~NcclWindow() override {
+    if (win_) ncclCommWindowDeregister(comm_, win_);
+    if (ptr_) ncclMemFree(ptr_);
+  }
+  void* get() const override { return ptr_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  ncclComm_t comm_;
+  size_t bytes_;
+  void* ptr_ = nullptr;
+  ncclWindow_t win_ = nullptr;
+};
+
 class NcclCollectives : public Collectives {
  public:
-  NcclCollectives(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
+  NcclCollectives(MPI_Comm comm, double timeout_s, bool zero_cta) : timeout_s_(timeout_s), zero_cta_(zero_cta) {
     UIPC_MPI_CHECK(MPI_Comm_rank(comm, &rank_));
     UIPC_MPI_CHECK(MPI_Comm_size(comm, &size_));
     require_one_gpu_per_rank(comm, rank_, size_, timeout_s);
@@ -98,6 +127,7 @@ class NcclCollectives : public Collectives {
                          " stays out of the NCCL communicator");
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // return at once; the state is polled below, against the limit
+    if (zero_cta_) config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
     ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
     if (r == ncclInvalidUsage) {
       throw RuntimeError("ncclCommInitRankConfig failed: " + nccl_error_string(r) +
@@ -180,6 +210,20 @@ class NcclCollectives : public Collectives {
     UIPC_CHECK(stream != nullptr, "NCCL collectives need a CUDA stream");
     enqueued(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream), "ncclAllReduce");
   }
+  std::unique_ptr<RegisteredBuffer> alloc_registered(size_t bytes) override {
+    return std::make_unique<NcclWindow>(comm_, bytes, [this](ncclResult_t r, const char* what) { enqueued(r, what); });
+  }
+  std::string copy_engine_note() const override {
+    // What NCCL 2.28 needs for its copy-engine all-to-all (enqueue.cc, ceCollTaskAppend):
+    // the zero-CTA policy, 2+ ranks, symmetric windows on both sides, and "symmetric
+    // support" (one node, every pair of GPUs direct P2P, cuMem), which it does not report.
+    int v = 0;
+    if (ncclGetVersion(&v) != ncclSuccess || v < 22800)
+      return "NCCL " + std::to_string(v) + " has no copy-engine collectives (2.28 or later)";
+    if (!zero_cta_) return "the communicator's CTA policy is not NCCL_CTA_POLICY_ZERO";
+    if (size_ < 2) return "one rank: NCCL copies locally with a kernel (its copy-engine all-to-all needs 2+ ranks)";
+    return "";
+  }
 
  private:
   // On a non-blocking communicator a call may return ncclInProgress while NCCL is still
@@ -195,6 +239,7 @@ class NcclCollectives : public Collectives {
   }
 
   double timeout_s_;
+  bool zero_cta_ = false;
   int rank_ = 0;
   int size_ = 1;
   ncclComm_t comm_ = nullptr;
@@ -202,10 +247,10 @@ class NcclCollectives : public Collectives {
 
 }  // namespace
 
-std::unique_ptr<Collectives> make_nccl_collectives(MPI_Comm comm, double timeout_s) {
+std::unique_ptr<Collectives> make_nccl_collectives(MPI_Comm comm, double timeout_s, bool zero_cta) {
   // NVLink multicast (NVLS) can put a shared host's GPUs out of service: never use it.
   setenv("NCCL_NVLS_ENABLE", "0", 1);
-  return std::make_unique<NcclCollectives>(comm, timeout_s);
+  return std::make_unique<NcclCollectives>(comm, timeout_s, zero_cta);
 }
 
 std::string nccl_version_string() {

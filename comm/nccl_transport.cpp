@@ -1,5 +1,7 @@
 // The baseline transport: pack head slices into per-peer chunks, one all-to-all per
-// group (NCCL on GPUs, MPI on the host device), unpack into the final layout.
+// group (NCCL on GPUs, MPI on the host device), unpack into the final layout. And nccl-ce,
+// the same on buffers registered with a zero-CTA NCCL communicator, where NCCL 2.28 runs
+// the all-to-all on copy engines: one per tensor, received straight into the result.
 // Stream order is the completion: results are ready on the producer stream. A rank's own
 // slice written by its producer (own_slice()) is neither packed nor unpacked; its chunk
 // of the all-to-all still travels (to this rank itself) and goes unread.
@@ -29,10 +31,15 @@ struct ResultKey {
 
 class NcclTransport : public Transport {
  public:
-  NcclTransport(Device& dev, Collectives& coll) : dev_(dev), coll_(coll) {}
-  std::string name() const override { return "nccl"; }
+  // registered: the nccl-ce transport (buffers registered with the collectives, one
+  // all-to-all per tensor received straight into its result).
+  NcclTransport(Device& dev, Collectives& coll, bool registered) : dev_(dev), coll_(coll), registered_(registered) {}
+  std::string name() const override { return registered_ ? "nccl-ce" : "nccl"; }
 
   OwnSlice own_slice(Tag tag, const ExchangeShape& shape) override {
+    // nccl-ce receives every rank's chunk, its own too, straight into the result: a slice
+    // written there beforehand would be overwritten. The producer writes in place.
+    if (registered_) return {};
     UIPC_CHECK(shape.heads % coll_.size() == 0, "heads must divide by the group size");
     Submission sub;
     sub.tag = tag;
@@ -44,6 +51,7 @@ class NcclTransport : public Transport {
   std::unique_ptr<Exchange> submit(const Submission& sub, Stream& producer) override {
     const int peers = coll_.size();
     UIPC_CHECK(sub.shape.heads % peers == 0, "heads must divide by the group size");
+    UIPC_CHECK(!(registered_ && sub.own_slice_written), "nccl-ce moves the own slice itself");
     if (!group_) {
       group_ = std::make_shared<GroupCompletion>();
       group_->done = dev_.create_event();
@@ -68,78 +76,117 @@ class NcclTransport : public Transport {
     void* result;
   };
 
+  // A buffer of `bytes`: registered with the collectives for nccl-ce (collective: every
+  // rank asks at the same point), plain device memory otherwise.
+  std::unique_ptr<RegisteredBuffer> buffer(size_t bytes) {
+    return registered_ ? coll_.alloc_registered(bytes) : plain_registered_buffer(dev_, bytes);
+  }
+
   void* result_buffer(const Submission& sub) {
     const ExchangeShape& s = sub.shape;
     ResultKey key{sub.tag, sub.dir, s.batch, s.seq_local, s.heads, s.head_dim, s.dtype};
     auto it = results_.find(key);
     if (it != results_.end()) {
       ++stats_.cache_hits;
-      return it->second.get();
+      return it->second->get();
     }
     ++stats_.cache_misses;
     size_t bytes = static_cast<size_t>(exchange_result_elems(s)) * dtype_size(s.dtype);
-    auto ins = results_.emplace(key, dev_.alloc(bytes));
-    return ins.first->second.get();
+    auto ins = results_.emplace(key, buffer(bytes));
+    return ins.first->second->get();
   }
 
-  // Pack every pending submission's slice for each peer into that peer's chunk, one
-  // all-to-all, then unpack each received slice where it belongs in the final layout.
-  void run_group(Stream& s) {
+  // Staging buffers of at least `bytes` each (grown, never shrunk; growth is collective
+  // like the submissions that need it).
+  void ensure_staging(Stream& s, size_t bytes) {
+    if (send_ && send_->bytes() >= bytes) return;
+    s.synchronize();  // earlier groups' copies may still use the old buffers
+    send_.reset();
+    recv_.reset();
+    send_ = buffer(bytes);
+    recv_ = buffer(bytes);
+  }
+
+  // Packs `p`'s slice for each peer into that peer's chunk (chunk bytes apart, at
+  // `offset` within a chunk) of send.
+  void pack(Stream& s, const Pending& p, unsigned char* send, size_t chunk, size_t offset) {
     const int peers = coll_.size(), me = coll_.rank();
-    size_t chunk = 0;
-    for (auto& p : pending_) chunk += exchange_slice_bytes(p.sub.shape, peers);
-    if (send_.bytes() < chunk * peers) {
-      s.synchronize();  // earlier groups' copies may still use the old buffers
-      send_ = dev_.alloc(chunk * peers);
-      recv_ = dev_.alloc(chunk * peers);
+    const size_t per_batch = exchange_slice_bytes(p.sub.shape, peers) / static_cast<size_t>(p.sub.shape.batch);
+    for (int peer = 0; peer < peers; ++peer) {
+      if (peer == me && p.sub.own_slice_written) continue;  // already in place: its chunk goes unread
+      auto copies = exchange_copies(p.sub, me, peer, peers);
+      for (size_t b = 0; b < copies.size(); ++b) {
+        const Copy2D& c = copies[b];
+        dev_.copy_2d(s, send + peer * chunk + offset + b * per_batch, c.width,
+                     static_cast<const unsigned char*>(p.sub.src) + c.src_offset, c.src_pitch, c.width, c.height);
+      }
     }
-    auto* send = send_.as<unsigned char>();
-    auto* recv = recv_.as<unsigned char>();
-    size_t offset = 0;
-    for (auto& p : pending_) {
-      const size_t slice = exchange_slice_bytes(p.sub.shape, peers);
-      const size_t per_batch = slice / static_cast<size_t>(p.sub.shape.batch);
-      for (int peer = 0; peer < peers; ++peer) {
-        if (peer == me && p.sub.own_slice_written) continue;  // already in place: its chunk goes unread
-        auto copies = exchange_copies(p.sub, me, peer, peers);
-        for (size_t b = 0; b < copies.size(); ++b) {
-          const Copy2D& c = copies[b];
-          // pack: the slice's rows, back to back
-          dev_.copy_2d(s, send + peer * chunk + offset + b * per_batch, c.width,
-                       static_cast<const unsigned char*>(p.sub.src) + c.src_offset, c.src_pitch, c.width, c.height);
+  }
+
+  // Unpacks what each peer sent (its chunk of recv, at `offset`) where it belongs in p's result.
+  void unpack(Stream& s, const Pending& p, const unsigned char* recv, size_t chunk, size_t offset) {
+    const int peers = coll_.size(), me = coll_.rank();
+    const size_t per_batch = exchange_slice_bytes(p.sub.shape, peers) / static_cast<size_t>(p.sub.shape.batch);
+    for (int from = 0; from < peers; ++from) {
+      if (from == me && p.sub.own_slice_written) continue;
+      // What `from` packed for us is where exchange_copies(from -> me) puts it.
+      auto copies = exchange_copies(p.sub, from, me, peers);
+      for (size_t b = 0; b < copies.size(); ++b) {
+        const Copy2D& c = copies[b];
+        dev_.copy_2d(s, static_cast<unsigned char*>(p.result) + c.dst_offset, c.dst_pitch,
+                     recv + from * chunk + offset + b * per_batch, c.width, c.width, c.height);
+      }
+    }
+  }
+
+  void run_group(Stream& s) {
+    const int peers = coll_.size();
+    if (registered_) {
+      // nccl-ce: one all-to-all per tensor between registered buffers. With one batch, a
+      // peer's chunk is exactly its tokens' block of the final layout, so the result is
+      // the receive buffer: no unpack.
+      for (auto& p : pending_) {
+        const size_t chunk = exchange_slice_bytes(p.sub.shape, peers);
+        ensure_staging(s, chunk * peers);
+        pack(s, p, static_cast<unsigned char*>(send_->get()), chunk, 0);
+        if (p.sub.shape.batch == 1 && p.sub.dir == Direction::kScatter) {
+          coll_.all_to_all(s, send_->get(), p.result, chunk);
+        } else {
+          coll_.all_to_all(s, send_->get(), recv_->get(), chunk);
+          unpack(s, p, static_cast<const unsigned char*>(recv_->get()), chunk, 0);
         }
       }
-      offset += slice;
-    }
-    coll_.all_to_all(s, send, recv, chunk);
-    offset = 0;
-    for (auto& p : pending_) {
-      const size_t slice = exchange_slice_bytes(p.sub.shape, peers);
-      const size_t per_batch = slice / static_cast<size_t>(p.sub.shape.batch);
-      for (int from = 0; from < peers; ++from) {
-        if (from == me && p.sub.own_slice_written) continue;
-        // What `from` packed for us is where exchange_copies(from -> me) puts it.
-        auto copies = exchange_copies(p.sub, from, me, peers);
-        for (size_t b = 0; b < copies.size(); ++b) {
-          const Copy2D& c = copies[b];
-          dev_.copy_2d(s, static_cast<unsigned char*>(p.result) + c.dst_offset, c.dst_pitch,
-                       recv + from * chunk + offset + b * per_batch, c.width, c.width, c.height);
-        }
+    } else {
+      // Every pending submission's slice for each peer packed into that peer's chunk, one
+      // all-to-all, then each received slice unpacked where it belongs.
+      size_t chunk = 0;
+      for (auto& p : pending_) chunk += exchange_slice_bytes(p.sub.shape, peers);
+      ensure_staging(s, chunk * peers);
+      size_t offset = 0;
+      for (auto& p : pending_) {
+        pack(s, p, static_cast<unsigned char*>(send_->get()), chunk, offset);
+        offset += exchange_slice_bytes(p.sub.shape, peers);
       }
-      offset += slice;
+      coll_.all_to_all(s, send_->get(), recv_->get(), chunk);
+      offset = 0;
+      for (auto& p : pending_) {
+        unpack(s, p, static_cast<const unsigned char*>(recv_->get()), chunk, offset);
+        offset += exchange_slice_bytes(p.sub.shape, peers);
+      }
     }
     group_->done->record(s);
     group_->closed = true;
     ++stats_.groups;
-    ++stats_.handshakes;  // the all-to-all is this group's one synchronisation
+    ++stats_.handshakes;  // the all-to-all is this group's synchronisation
     group_.reset();
     pending_.clear();
   }
 
   Device& dev_;
   Collectives& coll_;
-  std::map<ResultKey, DeviceBuffer> results_;
-  DeviceBuffer send_, recv_;
+  bool registered_;
+  std::map<ResultKey, std::unique_ptr<RegisteredBuffer>> results_;
+  std::unique_ptr<RegisteredBuffer> send_, recv_;
   std::shared_ptr<GroupCompletion> group_;
   std::vector<Pending> pending_;
   TransportStats stats_;
@@ -148,7 +195,11 @@ class NcclTransport : public Transport {
 }  // namespace
 
 std::unique_ptr<Transport> make_nccl_transport(Device& dev, Collectives& coll) {
-  return std::make_unique<NcclTransport>(dev, coll);
+  return std::make_unique<NcclTransport>(dev, coll, false);
+}
+
+std::unique_ptr<Transport> make_nccl_ce_transport(Device& dev, Collectives& coll) {
+  return std::make_unique<NcclTransport>(dev, coll, true);
 }
 
 }  // namespace uipc

@@ -84,6 +84,21 @@ SelectedTransport select_transport(const std::string& requested, const Transport
     if (!why->empty()) return nullptr;
     return vmm ? make_vmm_transport(dev, setup.group, setup.options) : make_ipc_transport(dev, setup.group, setup.options);
   };
+  if (requested == "nccl-ce") {
+    // Made (or not) alike on every rank: the same mode and GPU placement everywhere.
+    if (setup.ce_coll != nullptr) {
+      sel.transport = make_nccl_ce_transport(dev, *setup.ce_coll);
+      sel.used = requested;
+      const std::string why_not = setup.ce_coll->copy_engine_note();
+      sel.note = why_not.empty() ? "copy engines: NCCL's zero-CTA all-to-all on symmetric windows"
+                                 : "copy engines: not used (" + why_not + ")";
+      return sel;
+    }
+    sel.fallback_reason = "nccl-ce not available: " + setup.ce_unavailable;
+    sel.transport = make_nccl_transport(dev, setup.coll);
+    sel.used = "nccl";
+    return sel;
+  }
   std::string why;
   if (requested == "hier") {
     why = hier_ineligible_reason(dev, setup.group, setup.group_nodes);
@@ -113,7 +128,7 @@ SelectedTransport select_transport(const std::string& requested, const Transport
     }
     sel.fallback_reason = requested + " not eligible: " + why;
   } else if (requested != "nccl") {
-    throw InputError("unknown transport '" + requested + "' (allowed: nccl, ipc, vmm, hier)");
+    throw InputError("unknown transport '" + requested + "' (allowed: nccl, nccl-ce, ipc, vmm, hier)");
   }
   sel.transport = make_nccl_transport(dev, setup.coll);
   sel.used = "nccl";
@@ -197,6 +212,13 @@ class MpiCollectives : public Collectives {
     dev_.copy_to_device(buf, mine.data(), n * sizeof(float));
   }
 
+  std::unique_ptr<RegisteredBuffer> alloc_registered(size_t bytes) override {
+    return plain_registered_buffer(dev_, bytes);
+  }
+  std::string copy_engine_note() const override {
+    return "MPI collectives (simulation mode, or ranks sharing a GPU): staged through host memory, no copy engines";
+  }
+
  private:
   static constexpr int kSendRecvTag = 11;  // apart from the all-to-all's
   MpiComm comm_;
@@ -204,7 +226,21 @@ class MpiCollectives : public Collectives {
   std::vector<int> world_rank_;
 };
 
+class PlainRegisteredBuffer final : public RegisteredBuffer {
+ public:
+  explicit PlainRegisteredBuffer(DeviceBuffer b) : buf_(std::move(b)) {}
+  void* get() const override { return buf_.get(); }
+  size_t bytes() const override { return buf_.bytes(); }
+
+ private:
+  DeviceBuffer buf_;
+};
+
 }  // namespace
+
+std::unique_ptr<RegisteredBuffer> plain_registered_buffer(Device& dev, size_t bytes) {
+  return std::make_unique<PlainRegisteredBuffer>(dev.alloc(bytes));
+}
 
 std::unique_ptr<Collectives> make_mpi_collectives(MPI_Comm comm, Device& dev) {
   return std::make_unique<MpiCollectives>(comm, dev);

@@ -120,6 +120,12 @@ struct TransportOptions {
 // per group (its submissions are packed together at the barrier).
 std::unique_ptr<Transport> make_nccl_transport(Device& dev, Collectives& coll);
 
+// nccl-ce: the same protocol on buffers registered with `coll` (a zero-CTA NCCL
+// communicator, where NCCL 2.28 runs the all-to-all on copy engines; plain buffers on
+// MPI collectives), one all-to-all per tensor received straight into its result. Its
+// name() is "nccl-ce".
+std::unique_ptr<Transport> make_nccl_ce_transport(Device& dev, Collectives& coll);
+
 // The IPC transport over the ranks of `group` (all on one node): copies from each
 // rank straight into peers' cached final-layout targets on a high-priority copy
 // stream, one grouped epoch handshake per group. `cache_capacity` bounds the targets.
@@ -157,6 +163,7 @@ struct SelectedTransport {
   std::unique_ptr<Transport> transport;
   std::string used;             // name of the transport that serves
   std::string fallback_reason;  // why it is not the requested one ("" = it is)
+  std::string note;             // what else the report should say of it (nccl-ce: whether copy engines serve)
 };
 
 // What selecting a transport for a Ulysses group needs.
@@ -168,10 +175,12 @@ struct TransportSetup {
   CollectivesFactory make_collectives;  // for the sub-groups a transport forms (hier)
   TransportOptions options;           // IPC target cache and copy stream (ipc, vmm; hier's cache size)
   int hier_chunks = 4;                // token chunks per batch of hier's pipeline
+  Collectives* ce_coll = nullptr;     // nccl-ce's zero-CTA communicator (nullptr: none could be made ...)
+  std::string ce_unavailable = "no copy-engine communicator was made";  // (... and why)
 };
 
 // Walks the ordered list for `requested` and takes the first that can serve:
-//   ipc: ipc, nccl;   vmm: vmm, nccl;   nccl: nccl;
+//   ipc: ipc, nccl;   vmm: vmm, nccl;   nccl-ce: nccl-ce (on ce_coll), nccl;   nccl: nccl;
 //   hier: hier (a group over several nodes), ipc (a group on one node), nccl.
 // Collective over the group. Throws InputError for an unknown name. Called before any
 // group starts, so a fallback never happens mid-group.

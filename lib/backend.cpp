@@ -42,6 +42,15 @@ std::unique_ptr<Collectives> Backend::make_collectives(MPI_Comm comm) const {
   return make_mpi_collectives(comm, *device);
 }
 
+std::unique_ptr<Collectives> Backend::make_ce_collectives(MPI_Comm comm, std::string* why) const {
+  if (mode == "sim") return make_mpi_collectives(comm, *device);
+#if defined(ULYSSES_HAVE_CUDA)
+  if (nccl_usable) return make_nccl_collectives(comm, device->watchdog_seconds(), /*zero_cta=*/true);
+#endif
+  *why = nccl_unusable_reason;
+  return nullptr;
+}
+
 Backend make_backend(const BackendOptions& opt, MPI_Comm world) {
   if (opt.mode != "auto" && opt.mode != "sim" && opt.mode != "gpu")
     throw InputError("--mode: unknown mode '" + opt.mode + "' (allowed: auto, sim, gpu)");

@@ -28,6 +28,10 @@ struct Backend {
   std::string versions_cuda, versions_nccl;  // "" where not present
   // Collectives over `comm`: NCCL where usable, else MPI staged through the host.
   std::unique_ptr<Collectives> make_collectives(MPI_Comm comm) const;
+  // The nccl-ce transport's collectives over `comm`: a zero-CTA NCCL communicator on
+  // GPUs where NCCL is usable, MPI in simulation mode; nullptr with `why` where NCCL
+  // cannot run (ranks sharing a GPU). Collective over comm.
+  std::unique_ptr<Collectives> make_ce_collectives(MPI_Comm comm, std::string* why) const;
   // The implementation the last attention call used ("host", "cudnn-sdpa", "reference").
   std::string attention_path() const;
 };

@@ -206,7 +206,7 @@ void check_deck_cases(const Deck& deck, const std::string& path) {
 }  // namespace
 
 const std::vector<std::string>& known_transports() {
-  static const std::vector<std::string> v = {"nccl", "ipc", "vmm", "hier"};
+  static const std::vector<std::string> v = {"nccl", "nccl-ce", "ipc", "vmm", "hier"};
   return v;
 }
 

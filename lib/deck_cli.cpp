@@ -349,7 +349,7 @@ const std::vector<FieldOption>& field_options() {
       {"--ulysses", "U", "Ulysses degree, 0 = all ranks / tp (0..64)",
        [](Case& c, const std::string& v) { c.ulysses = parse_int(v); }},
       {"--tp", "T", "tensor-parallel degree (1, 2, 4, 8)", [](Case& c, const std::string& v) { c.tp = parse_int(v); }},
-      {"--transports", "a,b", "scatter transports to compare (nccl, ipc, vmm)",
+      {"--transports", "a,b", "scatter transports to compare (nccl, nccl-ce, ipc, vmm)",
        [](Case& c, const std::string& v) { c.transports = parse_list(v); }},
       {"--schedules", "a,b", "schedules to compare (baseline, v-first, v-project-first, v-first-split)",
        [](Case& c, const std::string& v) { c.schedules = parse_list(v); }},

@@ -125,6 +125,7 @@ void write_run(const h5::Group& cg, const RunResult& r) {
   g.write_attr("attention", r.attention);
   g.write_attr("schedule", r.schedule);
   g.write_attr("ablation", r.ablation);
+  g.write_attr("transport_note", r.transport_note);
   g.write_attr("projection", r.projection);
   g.write_attr("parity_pass", r.parity_pass ? 1 : 0);
   g.write_attr("parity_max_abs", r.parity_max_abs);

@@ -29,6 +29,7 @@ struct RunResult {
   std::string transport_requested;  // as in the deck
   std::string transport_used;       // after eligibility / fallback
   std::string fallback_reason;      // empty when no fallback happened
+  std::string transport_note;       // what else is known of the transport (nccl-ce: whether copy engines serve)
   std::string gather_transport;     // what carried the output gather
   std::string collectives;          // library under the nccl transport, gather and TP all-reduce: "nccl" or "mpi"
   std::string attention;            // attention implementation: "host", "cudnn-sdpa", "reference"

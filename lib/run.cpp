@@ -309,9 +309,16 @@ int run_deck(const RunOptions& opt) {
     const NodeLayout unodes = nodes.of(ucomm.get(), MPI_COMM_WORLD);
     auto ucoll = be.make_collectives(ucomm.get());
     auto tcoll = l.tp > 1 ? be.make_collectives(tcomm.get()) : nullptr;
+    // nccl-ce's zero-CTA communicator, made once per case where a run asks for it.
+    std::unique_ptr<Collectives> cecoll;
+    std::string ce_unavailable;
+    if (std::find(c.transports.begin(), c.transports.end(), "nccl-ce") != c.transports.end())
+      cecoll = be.make_ce_collectives(ucomm.get(), &ce_unavailable);
     TransportSetup setup{*be.device, ucomm.get(), unodes, *ucoll, [&be](MPI_Comm c) { return be.make_collectives(c); }, {}};
     setup.options.cache_capacity = opt.cache_capacity;
     setup.hier_chunks = opt.hier_chunks;
+    setup.ce_coll = cecoll.get();
+    if (!ce_unavailable.empty()) setup.ce_unavailable = ce_unavailable;
 
     HostLayerData host = generate_layer_data(c, l);
     LayerData data = upload_layer_data(*be.device, c, l, host);
@@ -361,6 +368,7 @@ int run_deck(const RunOptions& opt) {
         rr.transport_requested = tname;
         rr.transport_used = sel.used;
         rr.fallback_reason = sel.fallback_reason;
+        rr.transport_note = sel.note;
         rr.gather_transport = gather_name;
         rr.collectives = ucoll->name();
         rr.schedule = sname;

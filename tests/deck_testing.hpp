@@ -57,6 +57,7 @@ inline void expect_same_case(const Case& a, const Case& b) {
   EXPECT_EQ(a.tp, b.tp);
   EXPECT_EQ(a.transports, b.transports);
   EXPECT_EQ(a.schedules, b.schedules);
+  EXPECT_EQ(a.ablations, b.ablations);
   EXPECT_EQ(a.warmup, b.warmup);
   EXPECT_EQ(a.iterations, b.iterations);
   EXPECT_EQ(a.repeats, b.repeats);

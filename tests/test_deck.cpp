@@ -205,8 +205,9 @@ Case all_non_default(const std::string& name, int variant) {
   c.fused_qkv = false;
   c.ulysses = variant == 0 ? 4 : 2;
   c.tp = variant == 0 ? 2 : 1;
-  c.transports = {"ipc"};
+  c.transports = {"ipc", "nccl-ce"};
   c.schedules = {"v-first-split", "baseline"};
+  c.ablations = {"normal-priority", "no-grouped-handshake"};
   c.warmup = 7;
   c.iterations = 11;
   c.repeats = 5;
@@ -420,10 +421,10 @@ TEST(DeckErrors, UnknownEnumValues) {
   expect_bad_case(a, {"rope", "allowed: none, 1d"});
   a = good_case();
   a["transports"] = std::vector<std::string>{"nccl", "rdma"};
-  expect_bad_case(a, {"transports", "'rdma'", "allowed: nccl, ipc"});
+  expect_bad_case(a, {"transports", "'rdma'", "allowed: nccl, nccl-ce, ipc, vmm"});
   a = good_case();
   a["schedules"] = std::vector<std::string>{"v-last"};
-  expect_bad_case(a, {"schedules", "'v-last'", "allowed: baseline, v-first, v-first-split"});
+  expect_bad_case(a, {"schedules", "'v-last'", "allowed: baseline, v-first, v-project-first, v-first-split"});
   a = good_case();
   a["schedules"] = std::vector<std::string>{"baseline", "baseline"};
   expect_bad_case(a, {"schedules", "duplicate"});

@@ -55,8 +55,9 @@ Case all_non_default(const std::string& name, int variant) {
   c.fused_qkv = false;
   c.ulysses = 4;
   c.tp = variant ? 2 : 1;
-  c.transports = {"ipc"};
+  c.transports = {"ipc", "nccl-ce"};
   c.schedules = {"v-first-split", "baseline"};
+  c.ablations = {"no-target-cache", "own-slice-copy"};
   c.warmup = 7;
   c.iterations = 11;
   c.repeats = 2;
@@ -83,6 +84,7 @@ void expect_every_field_differs_from_default(const Case& c) {
   EXPECT_NE(c.ulysses, d.ulysses);
   EXPECT_NE(c.transports, d.transports);
   EXPECT_NE(c.schedules, d.schedules);
+  EXPECT_NE(c.ablations, d.ablations);
   EXPECT_NE(c.warmup, d.warmup);
   EXPECT_NE(c.iterations, d.iterations);
   EXPECT_NE(c.repeats, d.repeats);
@@ -229,7 +231,7 @@ TEST(DeckWire, CorruptBuffersThrowRuntimeError) {
   b[0] = 'X';
   expect_refused(b, "magic");
   b = good;
-  b[4] = 2;  // encoding version 2
+  b[4] = static_cast<unsigned char>(uipc::kDeckWireVersion + 1);  // an encoding version this program does not read
   expect_refused(b, "version");
   // The case count (after magic, version, schema_version, description): absurd.
   const size_t count_at = 4 + 4 + 4 + 4 + sample_deck().description.size();

@@ -70,6 +70,31 @@ def test_protocol_deck_all_layouts_transports_schedules(run, tmp_path, np_):
                     for s in ("baseline", "v-first", "v-project-first", "v-first-split")}
 
 
+# nccl-ce (NCCL's copy-engine all-to-all on registered windows) runs its own data path in
+# simulation mode, on MPI collectives: one all-to-all per tensor received straight into
+# the result, exact on every layout; the report says that no copy engine served.
+@pytest.mark.parametrize("np_", [2, 4])
+def test_nccl_ce_is_exact_and_says_what_served_it(app, run, tmp_path, np_):
+    deck = tmp_path / "ce.h5"
+    subprocess.run([app, "deck", "new", "--preset", "protocol", "--transports", "nccl,nccl-ce", "-o", str(deck)],
+                   check=True, capture_output=True, text=True)
+    report = tmp_path / "ce-r.h5"
+    p = run(np_, str(deck), "-o", str(report))
+    assert p.returncode == 0, p.stderr + p.stdout
+    runs = {(case, a["transport"], a["schedule"]): a for case, _, a, _ in runs_of(report)}
+    ce = [(k, a) for k, a in runs.items() if k[1] == "nccl-ce"]
+    assert ce
+    for (case, _, sched), a in ce:
+        assert a["transport_used"] == "nccl-ce" and a["fallback_reason"] == "", (case, sched, a)
+        # The scatter moves bits: the output is nccl's, to the bit (the TP all-reduce's
+        # summation order is the only distance from the dense reference).
+        assert a["parity_pass"] == 1, (case, sched, a)
+        assert a["parity_max_abs"] == runs[(case, "nccl", sched)]["parity_max_abs"], (case, sched)
+        assert a["parity_rel_l2"] == runs[(case, "nccl", sched)]["parity_rel_l2"], (case, sched)
+        assert "copy engines: not used (MPI collectives" in a["transport_note"], a["transport_note"]
+        assert a["collectives"] == "mpi"
+
+
 # Every ablation is a run of its own beside the full design, on the transports and
 # schedules it applies to, and keeps exact parity (the protocol parts it switches off are
 # what it measures, not what makes the result right).
