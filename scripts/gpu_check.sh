@@ -9,7 +9,8 @@
 #
 # Sections (STEPS, default all): tests (GPU unit tests), bench (kernel benchmark, and the
 # peer link with two GPUs or more), sanitize (compute-sanitizer), app (the app on one GPU:
-# 1 rank, and 2 and 4 ranks sharing it), multi (with two GPUs or more: one GPU per rank,
+# 1 rank, and 2 and 4 ranks sharing it), ablations (one rank: every transport, schedule
+# and ablation at Ulysses1, and the latency floor), multi (with two GPUs or more: one GPU per rank,
 # IPC and VMM against NCCL at Ulysses2 on the model decks, and the 4-rank layouts on the
 # GPUs there are). The one-GPU sections pin every rank to the first visible GPU, so a
 # machine with several GPUs also runs what the one-GPU machine runs.
@@ -31,7 +32,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 # NVLink multicast can put a shared host's GPUs out of service: never on.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
-STEPS=" ${STEPS:-tests bench sanitize app multi} "
+STEPS=" ${STEPS:-tests bench sanitize app ablations multi} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
 # The GPUs this process may use, and the first of them for the one-GPU sections.
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
@@ -146,7 +147,7 @@ APP_LOG=$LOG/app.log
 APP=build-gpu/app/ulysses-ipc
 mkdir -p "$LOG/reports"
 app_built=0
-if { want app || want multi; } &&
+if { want app || want ablations || want multi; } &&
   run_step "build ulysses-ipc" "$APP_LOG" "${APP_BUILD_LIMIT:-240}" cmake --build build-gpu --target ulysses-ipc -j"$JOBS"; then
   app_built=1
 fi
@@ -171,6 +172,22 @@ if [ $app_built -eq 1 ] && want app; then
   for twin in inputs/*-sim.h5; do  # every model family's structure (head_dim 64/72/128, norms) on the GPU
     app_run "$(basename "$twin" .h5)-np2-shared" 2 "$twin" --allow-shared-gpu --quiet
   done
+fi
+
+# --- one rank on one GPU: every transport, schedule and ablation on a Ulysses1 FLUX 2048
+# layer, and the latency floor (a near-empty layer). At Ulysses1 a rank's own slice is all
+# of the scatter: these show what the producers' own-slice writes, the schedules and each
+# ablated part cost on one GPU (peer copies and the link need several GPUs: multi).
+if [ $app_built -eq 1 ] && want ablations; then
+  ABL=own-slice-copy,no-pitched-copies,no-grouped-handshake,normal-priority,no-target-cache
+  "$APP" deck new --preset flux-dev-2048 --name flux-dev-2048.u2 --ulysses 1 --transports nccl,nccl-ce,ipc,vmm \
+    --schedules baseline,v-first,v-project-first --ablations "$ABL" --warmup 3 --iterations 20 --repeats 2 \
+    -o "$LOG/flux-2048-u1-ablations.h5" >>"$APP_LOG" 2>&1
+  app_run flux-2048-u1-ablations 1 "$LOG/flux-2048-u1-ablations.h5" --quiet
+  "$APP" deck new --name floor --seq-len 256 --heads 8 --head-dim 64 --dtype bf16 --ulysses 1 \
+    --transports nccl,nccl-ce,ipc,vmm --schedules baseline,v-first --ablations own-slice-copy,no-grouped-handshake \
+    --warmup 20 --iterations 200 --repeats 3 -o "$LOG/floor-u1.h5" >>"$APP_LOG" 2>&1
+  app_run floor-u1 1 "$LOG/floor-u1.h5" --quiet
 fi
 
 # --- several GPUs: one GPU per rank. Each model deck is rewritten to compare nccl, ipc
