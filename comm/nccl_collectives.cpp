@@ -81,21 +81,30 @@ bool settle(ncclComm_t comm, double timeout_s, const char* what) {
 const char* const kAbsentRankEnv = "ULYSSES_TEST_NCCL_ABSENT_RANK";
 
 // A symmetric window: ncclMemAlloc'ed and registered with NCCL_WIN_COLL_SYMMETRIC (every
-// rank's buffer at the same offsets), deregistered and freed when it goes.
+// rank's buffer at the same offsets), deregistered and freed when it goes. On a
+// non-blocking communicator registration completes asynchronously even when the call
+// returns ncclSuccess (the handle stays unset until the communicator's state is success
+// again), so every call is followed by `complete`, which polls that state, bounded.
 class NcclWindow final : public RegisteredBuffer {
  public:
-  NcclWindow(ncclComm_t comm, size_t bytes, const std::function<void(ncclResult_t, const char*)>& enqueued)
-      : comm_(comm), bytes_(bytes) {
+  using Complete = std::function<void(ncclResult_t, const char*)>;
+  NcclWindow(ncclComm_t comm, size_t bytes, Complete complete) : comm_(comm), bytes_(bytes), complete_(std::move(complete)) {
     UIPC_NCCL_CHECK(ncclMemAlloc(&ptr_, bytes));
     try {
-      enqueued(ncclCommWindowRegister(comm_, ptr_, bytes, &win_, NCCL_WIN_COLL_SYMMETRIC), "ncclCommWindowRegister");
+      complete_(ncclCommWindowRegister(comm_, ptr_, bytes, &win_, NCCL_WIN_COLL_SYMMETRIC), "ncclCommWindowRegister");
     } catch (...) {
       ncclMemFree(ptr_);
       throw;
     }
   }
   ~NcclWindow() override {
-    if (win_) ncclCommWindowDeregister(comm_, win_);
+    if (win_) {
+      try {
+        complete_(ncclCommWindowDeregister(comm_, win_), "ncclCommWindowDeregister");
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "ulysses-ipc: %s\n", e.what());
+      }
+    }
     if (ptr_) ncclMemFree(ptr_);
   }
   void* get() const override { return ptr_; }
@@ -104,6 +113,7 @@ class NcclWindow final : public RegisteredBuffer {
  private:
   ncclComm_t comm_;
   size_t bytes_;
+  Complete complete_;
   void* ptr_ = nullptr;
   ncclWindow_t win_ = nullptr;
 };
@@ -211,7 +221,7 @@ class NcclCollectives : public Collectives {
     enqueued(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream), "ncclAllReduce");
   }
   std::unique_ptr<RegisteredBuffer> alloc_registered(size_t bytes) override {
-    return std::make_unique<NcclWindow>(comm_, bytes, [this](ncclResult_t r, const char* what) { enqueued(r, what); });
+    return std::make_unique<NcclWindow>(comm_, bytes, [this](ncclResult_t r, const char* what) { completed(r, what); });
   }
   std::string copy_engine_note() const override {
     // What NCCL 2.28 needs for its copy-engine all-to-all (enqueue.cc, ceCollTaskAppend):
@@ -236,6 +246,15 @@ class NcclCollectives : public Collectives {
       return;
     }
     if (r != ncclSuccess) throw_library_error("NCCL", nccl_error_string(r), what, __FILE__, __LINE__);
+  }
+  // A call whose work NCCL may finish asynchronously whatever it returned (window
+  // registration): the communicator's state must be back to success before the next call.
+  void completed(ncclResult_t r, const char* what) {
+    if (r != ncclSuccess && r != ncclInProgress)
+      throw_library_error("NCCL", nccl_error_string(r), what, __FILE__, __LINE__);
+    if (!settle(comm_, timeout_s_, what))
+      throw PeerTimeout("rank " + std::to_string(rank_) + ": NCCL did not complete " + what + " within " +
+                        std::to_string(static_cast<int>(timeout_s_)) + " s (a peer did not take part)");
   }
 
   double timeout_s_;

@@ -263,15 +263,14 @@ __device__ __forceinline__ void group_sums(float (&v)[kN], int G, int base) {
     }
     return;
   }
-  float acc[kN];
+  // Any other group size: each value summed over the group's lanes in turn (the whole
+  // warp steps through j together, so no lane changes v[p] before the others read it).
 #pragma unroll
-  for (int p = 0; p < kN; ++p) acc[p] = 0.0f;
-  for (int j = 0; j < G; ++j) {
-#pragma unroll
-    for (int p = 0; p < kN; ++p) acc[p] += __shfl_sync(0xffffffffu, v[p], base + j);
+  for (int p = 0; p < kN; ++p) {
+    float acc = 0.0f;
+    for (int j = 0; j < G; ++j) acc += __shfl_sync(0xffffffffu, v[p], base + j);
+    v[p] = acc;
   }
-#pragma unroll
-  for (int p = 0; p < kN; ++p) v[p] = acc[p];
 }
 
 template <int kN>
@@ -389,8 +388,8 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
       *reinterpret_cast<uint4*>(dst + e0) = v[j].raw;
     }
   };
-  // Sum (and sum of squares about `mu`) of one pass's values on this lane.
-  auto lane_sums = [&](const V (&v)[kCPL], float mu, float& s1, float& s2) {
+  // Sums of (x - c) and (x - c)^2 over one pass's values on this lane.
+  auto lane_sums = [&](const V (&v)[kCPL], float c, float& s1, float& s2) {
 #pragma unroll
     for (int j = 0; j < kCPL; ++j) {
       if (!has[j]) continue;
@@ -398,8 +397,9 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
       v[j].to_floats(f);
 #pragma unroll
       for (int i = 0; i < kVE; ++i) {
-        s1 += f[i];
-        s2 += (f[i] - mu) * (f[i] - mu);
+        const float d = f[i] - c;
+        s1 += d;
+        s2 += d * d;
       }
     }
   };
@@ -415,7 +415,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
         if (has[j]) sincosf(pos * th[j][q], &sn[j][q], &cs[j][q]);
   }
   if constexpr (norm == static_cast<int>(NormKind::kRmsAcrossHeads)) {
-    const float n = static_cast<float>(heads) * static_cast<float>(D);
+    const float inv_n = 1.0f / (static_cast<float>(heads) * static_cast<float>(D));
     if (passes <= kNB) {
       V v[kNB][kCPL];
 #pragma unroll
@@ -424,7 +424,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
 #pragma unroll
       for (int p = 0; p < kNB; ++p) lane_sums(v[p], 0.0f, s1, s2[0]);
       warp_sums(s2);
-      const float rinv = 1.0f / sqrtf(s2[0] / n + eps);
+      const float rinv = rsqrtf(s2[0] * inv_n + eps);
 #pragma unroll
       for (int p = 0; p < kNB; ++p) finish(p, v[p], 0.0f, rinv);
     } else {
@@ -437,7 +437,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
         for (int p = 0; p < kNB; ++p) lane_sums(v[p], 0.0f, s1, s2[0]);
       }
       warp_sums(s2);
-      const float rinv = 1.0f / sqrtf(s2[0] / n + eps);
+      const float rinv = rsqrtf(s2[0] * inv_n + eps);
       for (int p0 = 0; p0 < passes; p0 += kNB) {
         V v[kNB][kCPL];
 #pragma unroll
@@ -449,7 +449,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
   } else {
   // Per head (or no norm): each head's G lanes reduce among themselves, kNB heads' chains
   // at once. Passes past the last head load nothing and store nothing.
-  const float n = static_cast<float>(D);
+  const float inv_n = 1.0f / static_cast<float>(D);
   for (int p0 = 0; p0 < passes; p0 += kNB) {
     V v[kNB][kCPL];
 #pragma unroll
@@ -467,27 +467,29 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
       }
       group_sums(s2, G, base);
 #pragma unroll
-      for (int p = 0; p < kNB; ++p) rinv[p] = 1.0f / sqrtf(s2[p] / n + eps);
+      for (int p = 0; p < kNB; ++p) rinv[p] = rsqrtf(s2[p] * inv_n + eps);
     } else if constexpr (norm == static_cast<int>(NormKind::kLayerPerHead)) {
-      // var = mean((x - mu)^2), from the values again (not E[x^2] - mu^2: cancellation).
-      float s[kNB];
+      // Mean and variance in one pass over values shifted by one of the head's own
+      // values, c (its first, from the group's first lane): var = E[(x-c)^2] - E[x-c]^2
+      // has no cancellation to speak of when c is a sample of the head (E[x^2] - mu^2
+      // would), and both sums reduce at once.
+      float s[2 * kNB];
 #pragma unroll
       for (int p = 0; p < kNB; ++p) {
-        float s2 = 0.0f;
-        s[p] = 0.0f;
-        lane_sums(v[p], 0.0f, s[p], s2);
+        float f0[V::kVE];
+        v[p][0].to_floats(f0);
+        const float c = __shfl_sync(0xffffffffu, f0[0], base);
+        mu[p] = c;
+        s[p] = s[kNB + p] = 0.0f;
+        lane_sums(v[p], c, s[p], s[kNB + p]);
       }
       group_sums(s, G, base);
 #pragma unroll
       for (int p = 0; p < kNB; ++p) {
-        mu[p] = s[p] / n;
-        float s1 = 0.0f;
-        s[p] = 0.0f;
-        lane_sums(v[p], mu[p], s1, s[p]);
+        const float d = s[p] * inv_n;  // E[x - c]
+        mu[p] += d;
+        rinv[p] = rsqrtf(fmaxf(s[kNB + p] * inv_n - d * d, 0.0f) + eps);
       }
-      group_sums(s, G, base);
-#pragma unroll
-      for (int p = 0; p < kNB; ++p) rinv[p] = 1.0f / sqrtf(s[p] / n + eps);
     }
 #pragma unroll
     for (int p = 0; p < kNB; ++p) finish(p0 + p, v[p], mu[p], rinv[p]);
@@ -532,7 +534,11 @@ void norm_rope_rows_pick(cudaStream_t s, T* data, T* out, const RowPlace& pl, co
   const int passes = (x.heads + 32 / G - 1) / (32 / G);
   if (chunks > 32) {
     norm_rope_rows_launch<T, kNorm, 2, 4>(s, data, out, pl, x, p, G);
-  } else if (batch == 12 || (batch == 0 && passes > 8)) {
+  } else if (batch == 12 ||
+             (batch == 0 && passes > 8 && (G & (G - 1)) == 0 && kNorm != static_cast<int>(NormKind::kLayerPerHead))) {
+    // 12 passes in flight measured faster than 8 for power-of-two lane groups (head_dim
+    // 64, 128: bench_kernels), slower for head_dim 72's groups of 9 lanes; LayerNorm's two
+    // sums per head need twice the registers, which 12 passes would take from occupancy.
     norm_rope_rows_launch<T, kNorm, 1, 12>(s, data, out, pl, x, p, G);
   } else {
     norm_rope_rows_launch<T, kNorm, 1, 8>(s, data, out, pl, x, p, G);
