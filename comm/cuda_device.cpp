@@ -140,19 +140,41 @@ struct PendingWait {
 struct WaitLog {
   std::mutex m;
   std::deque<PendingWait> waits;
+  // Events of passed entries, kept for the next waits: creating and destroying an event
+  // per wait cost more host time than the wait itself (bench_kernels' latency rows).
+  std::vector<cudaEvent_t> spare;
 
   // Drops the leading entries whose wait has passed (the stream is in order).
   void prune_locked() {
     while (!waits.empty() && cudaEventQuery(waits.front().passed) == cudaSuccess) {
-      cudaEventDestroy(waits.front().passed);
+      spare.push_back(waits.front().passed);
       waits.pop_front();
     }
     cudaGetLastError();
+  }
+  // An event for a new entry (a spare one, or a new one).
+  cudaEvent_t take_locked() {
+    if (!spare.empty()) {
+      cudaEvent_t e = spare.back();
+      spare.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    UIPC_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+  // Every entry passed (the stream drained): their events become spare.
+  void passed_all() {
+    std::lock_guard<std::mutex> lock(m);
+    for (auto& w : waits) spare.push_back(w.passed);
+    waits.clear();
   }
   void clear() {
     std::lock_guard<std::mutex> lock(m);
     for (auto& w : waits) cudaEventDestroy(w.passed);
     waits.clear();
+    for (cudaEvent_t e : spare) cudaEventDestroy(e);
+    spare.clear();
   }
   ~WaitLog() { clear(); }
 };
@@ -509,12 +531,11 @@ class CudaDevice : public Device {
     auto& cs = cuda_stream(s);
     UIPC_CU_CHECK(api.wait_value64(static_cast<CUstream>(cs.get()), reinterpret_cast<CUdeviceptr>(addr), v,
                                    CU_STREAM_WAIT_VALUE_GEQ));
-    cudaEvent_t passed = nullptr;
-    UIPC_CUDA_CHECK(cudaEventCreateWithFlags(&passed, cudaEventDisableTiming));
-    UIPC_CUDA_CHECK(cudaEventRecord(passed, cs.get()));
     auto& log = *cs.log();
     std::lock_guard<std::mutex> lock(log.m);
     log.prune_locked();
+    cudaEvent_t passed = log.take_locked();
+    UIPC_CUDA_CHECK(cudaEventRecord(passed, cs.get()));
     log.waits.push_back(PendingWait{addr, v, label, passed});
   }
 
@@ -684,7 +705,7 @@ void CudaStream::synchronize() {
   if (!poll_until([&] { return query_done(cudaStreamQuery(stream_), "cudaStreamQuery(stream)"); }, limit)) {
     throw PeerTimeout(describe_timeout(*dev_, limit, "stream") + " (" + error_where(__FILE__, __LINE__) + ")");
   }
-  log_->clear();
+  log_->passed_all();
 }
 
 void CudaEvent::synchronize() {
