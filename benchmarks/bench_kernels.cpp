@@ -395,6 +395,32 @@ void latency_rows(Device& dev, std::vector<Row>& rows) {
     const double us = dev.elapsed_ms(*t0e, *t1e) * 1e3 / kChain;
     rows.push_back({"latency", "small same-device 2-D copy (16 KB)", "chain of 200", us / 1e3, us, "us", kNoBound,
                     "GPU time per copy; host enqueue " + std::to_string(host).substr(0, 5) + " us per copy"});
+    // Seven such copies (a Ulysses8 scatter's peers) as one batch, against one by one.
+    std::vector<DeviceBuffer> dsts;
+    std::vector<Copy2DOp> ops;
+    for (int j = 0; j < 7; ++j) {
+      dsts.push_back(dev.alloc(size_t(16) << 10));
+      ops.push_back({dsts.back().get(), 1024, src.get(), 1024, 1024, 16});
+    }
+    for (int batched = 0; batched < 2; ++batched) {
+      auto b0 = dev.create_event(), b1 = dev.create_event();
+      launch_delay(cu(*a), kGateMs);
+      b0->record(*a);
+      const auto h1 = Clock::now();
+      for (int i = 0; i < kChain / 7; ++i) {
+        if (batched)
+          dev.copy_2d_batch(*a, ops);
+        else
+          for (const auto& o : ops) dev.copy_2d(*a, o.dst, o.dst_pitch, o.src, o.src_pitch, o.width, o.height);
+      }
+      const double h = host_us(h1, kChain / 7);
+      b1->record(*a);
+      a->synchronize();
+      const double g = dev.elapsed_ms(*b0, *b1) * 1e3 / (kChain / 7);
+      rows.push_back({"latency", batched ? "7 small copies as one cudaMemcpy3DBatchAsync" : "7 small copies one by one",
+                      "16 KB each, 28 rounds", g / 1e3, g, "us", kNoBound,
+                      "GPU time per round of 7; host enqueue " + std::to_string(h).substr(0, 5) + " us per round"});
+    }
   }
 }
 

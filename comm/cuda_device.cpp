@@ -515,6 +515,35 @@ class CudaDevice : public Device {
     UIPC_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width_bytes, height, cudaMemcpyDefault,
                                       cuda_stream(s).get()));
   }
+  void copy_2d_batch(Stream& s, const std::vector<Copy2DOp>& ops) override {
+    std::vector<cudaMemcpy3DBatchOp> batch;
+    batch.reserve(ops.size());
+    for (const Copy2DOp& o : ops) {
+      if (o.width == 0 || o.height == 0) continue;
+      UIPC_CHECK(o.width <= o.src_pitch && o.width <= o.dst_pitch, "copy_2d_batch: width above a pitch");
+      cudaMemcpy3DBatchOp b{};
+      b.src.type = cudaMemcpyOperandTypePointer;
+      b.src.op.ptr.ptr = const_cast<void*>(o.src);
+      b.src.op.ptr.rowLength = o.src_pitch;  // bytes: pointer operands count bytes
+      b.src.op.ptr.layerHeight = o.height;
+      b.dst.type = cudaMemcpyOperandTypePointer;
+      b.dst.op.ptr.ptr = o.dst;
+      b.dst.op.ptr.rowLength = o.dst_pitch;
+      b.dst.op.ptr.layerHeight = o.height;
+      b.extent = cudaExtent{o.width, o.height, 1};
+      b.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+      batch.push_back(b);
+    }
+    if (batch.empty()) return;
+    if (batch.size() == 1) {  // one copy: the plain call
+      const Copy2DOp* o = nullptr;
+      for (const Copy2DOp& c : ops)
+        if (c.width != 0 && c.height != 0) o = &c;
+      copy_2d(s, o->dst, o->dst_pitch, o->src, o->src_pitch, o->width, o->height);
+      return;
+    }
+    UIPC_CUDA_CHECK(cudaMemcpy3DBatchAsync(batch.size(), batch.data(), 0, cuda_stream(s).get()));
+  }
   void memset(Stream& s, void* dst, int byte, size_t bytes) override {
     UIPC_CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, cuda_stream(s).get()));
   }

@@ -13,6 +13,10 @@ void FreeBuffer::release(Device& d, void* ptr, size_t bytes, void* impl) { d.fre
 void CloseMapping::release(Device& d, void* ptr, size_t bytes, void* impl) { d.close_mapping(ptr, bytes, impl); }
 
 // Defaults of the descriptor-shared memory: a device that does not override them has none.
+void Device::copy_2d_batch(Stream& s, const std::vector<Copy2DOp>& ops) {
+  for (const Copy2DOp& o : ops) copy_2d(s, o.dst, o.dst_pitch, o.src, o.src_pitch, o.width, o.height);
+}
+
 DeviceBuffer Device::alloc_fd_shareable(size_t bytes) {
   (void)bytes;
   throw RuntimeError("alloc_fd_shareable: not supported on this device (" + name() + ")");

@@ -106,6 +106,15 @@ struct IpcHandle {
   std::array<unsigned char, 128> bytes{};
 };
 
+// One 2-D copy of a batch (Device::copy_2d_batch): `height` rows of `width` bytes.
+struct Copy2DOp {
+  void* dst = nullptr;
+  size_t dst_pitch = 0;
+  const void* src = nullptr;
+  size_t src_pitch = 0;
+  size_t width = 0, height = 0;
+};
+
 // What a GPU-side wait is for, so that a watchdog message can name it.
 struct WaitLabel {
   int peer = -1;          // the rank whose write we wait for
@@ -156,6 +165,10 @@ class Device {
   virtual void copy_2d(Stream& s, void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
                        size_t width_bytes, size_t height) = 0;
   virtual void memset(Stream& s, void* dst, int byte, size_t bytes) = 0;
+  // Several 2-D copies on s, after its earlier work and before its later, in no order
+  // among themselves (they must not overlap). The default issues them one by one; the
+  // CUDA device as one batched call (cudaMemcpy3DBatchAsync: one enqueue, not one each).
+  virtual void copy_2d_batch(Stream& s, const std::vector<Copy2DOp>& ops);
 
   // --- stream memory operations (the epoch handshake)
   // Stores v into the 64-bit word at addr (local or mapped peer memory) once the

@@ -98,15 +98,22 @@ class IpcTransport : public Transport {
     auto& iv = intervals_[sub.tag];
     if (!iv.first) iv = {dev_.create_event(), dev_.create_event()};
     iv.first->record(*copy_);
+    // The peers' copies as one batch on the copy stream (one enqueue, not one per peer
+    // and batch), my own slice on the second stream.
+    std::vector<Copy2DOp> ops;
     for (int i = 0; i < peers_; ++i) {
       const int peer = (me_ + 1 + i) % peers_;  // start with the next rank: spreads the load
       if (peer == me_ && !copy_self) continue;
-      Stream& s = peer == me_ ? *self_ : *copy_;
       for (const Copy2D& c : exchange_copies(sub, me_, peer, peers_)) {
-        dev_.copy_2d(s, static_cast<unsigned char*>(t.peer_ptr[peer]) + c.dst_offset, c.dst_pitch,
-                     static_cast<const unsigned char*>(sub.src) + c.src_offset, c.src_pitch, c.width, c.height);
+        const Copy2DOp op{static_cast<unsigned char*>(t.peer_ptr[peer]) + c.dst_offset, c.dst_pitch,
+                          static_cast<const unsigned char*>(sub.src) + c.src_offset, c.src_pitch, c.width, c.height};
+        if (peer == me_)
+          dev_.copy_2d(*self_, op.dst, op.dst_pitch, op.src, op.src_pitch, op.width, op.height);
+        else
+          ops.push_back(op);
       }
     }
+    dev_.copy_2d_batch(*copy_, ops);
     if (copy_self) {
       self_done_->record(*self_);
       dev_.stream_wait_event(*copy_, *self_done_);
