@@ -90,8 +90,9 @@ class Transport {
   // The consumer stream is done reading the results of the last group: peers may write
   // into those targets again once `consumer` reaches this point.
   virtual void release(Stream& consumer) = 0;
-  // Events around the copies of the last group's `tag` (for the measured V/QK overlap),
-  // or nullptrs when the transport has no separate copy stream.
+  // Events around the copies of the last group's `tag` (for the measured V/QK overlap;
+  // the IPC transports time V's only), or nullptrs when the transport has no separate
+  // copy stream or does not time that tag.
   virtual std::pair<Event*, Event*> copy_interval(Tag tag) { (void)tag; return {nullptr, nullptr}; }
   virtual TransportStats stats() const = 0;
   // Closes this rank's mappings of peers' memory. Every rank of the group calls it,

@@ -48,12 +48,19 @@ struct RowPlace {
   int64_t out_row_pitch, out_batch_pitch;
 };
 
+// Element 0 of head out_begin of view row `row` in the target (nullptr without one):
+// once per row, not per head (a 64-bit division).
 template <typename T>
-__device__ __forceinline__ T* head_dst(T* x_row, T* out, const RowPlace& pl, int64_t row, int h) {
-  if (out != nullptr && h >= pl.out_begin && h < pl.out_begin + pl.out_count) {
-    const int64_t b = row / pl.tokens_per_batch, t = row - b * pl.tokens_per_batch;
-    return out + b * pl.out_batch_pitch + t * pl.out_row_pitch + static_cast<int64_t>(h - pl.out_begin) * pl.head_dim;
-  }
+__device__ __forceinline__ T* out_row_of(T* out, const RowPlace& pl, int64_t row) {
+  if (out == nullptr) return nullptr;
+  const int64_t b = row / pl.tokens_per_batch, t = row - b * pl.tokens_per_batch;
+  return out + b * pl.out_batch_pitch + t * pl.out_row_pitch;
+}
+
+template <typename T>
+__device__ __forceinline__ T* head_dst(T* x_row, T* out_row, const RowPlace& pl, int h) {
+  if (out_row != nullptr && h >= pl.out_begin && h < pl.out_begin + pl.out_count)
+    return out_row + static_cast<int64_t>(h - pl.out_begin) * pl.head_dim;
   return x_row + static_cast<int64_t>(h) * pl.head_dim;
 }
 
@@ -84,6 +91,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_rope_kernel(T* __restrict__
   float* red = shared + 2 * half;  // 32 floats for the block reduction
   const int64_t row = blockIdx.x;
   T* x = data + row * pl.row_pitch;
+  T* out_row = out_row_of(out, pl, row);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
 
   if (rope) {
@@ -140,7 +148,7 @@ __global__ void __launch_bounds__(kNormThreads) norm_rope_kernel(T* __restrict__
     for (int hh = 0; hh < kHU; ++hh) {
       const int h = hb + hh;
       if (h >= heads) break;  // uniform across the warp
-      T* xh = head_dst(x, out, pl, row, h);
+      T* xh = head_dst(x, out_row, pl, h);
       float(&v0)[kPPL] = v0s[hh];
       float(&v1)[kPPL] = v1s[hh];
       if (norm == static_cast<int>(NormKind::kRmsPerHead)) {
@@ -342,6 +350,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
   int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + (threadIdx.x >> 5);
   const int64_t row_step = static_cast<int64_t>(gridDim.x) * kRowWarps;
   T* x = nullptr;
+  T* out_row = nullptr;
 
   auto head_of = [&](int p) { return p * hpw + hw; };
   auto load = [&](int p, V (&v)[kCPL]) {
@@ -357,7 +366,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
   auto finish = [&](int p, V (&v)[kCPL], float mu, float rinv) {
     const int h = head_of(p);
     if (h >= heads || !lane_used) return;
-    T* dst = head_dst(x, out, pl, row, h);
+    T* dst = head_dst(x, out_row, pl, h);
 #pragma unroll
     for (int j = 0; j < kCPL; ++j) {
       if (!has[j]) continue;
@@ -406,6 +415,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
 
   for (; row < rows; row += row_step) {  // whole warps: the bound is uniform across a warp
   x = data + row * pl.row_pitch;
+  out_row = out_row_of(out, pl, row);
   if (rope) {
     const float pos = static_cast<float>(pos_offset + row % pl.tokens_per_batch);
 #pragma unroll
