@@ -271,14 +271,21 @@ __device__ __forceinline__ void group_sums(float (&v)[kN], int G, int base) {
     }
     return;
   }
-  // Any other group size: each value summed over the group's lanes in turn (the whole
-  // warp steps through j together, so no lane changes v[p] before the others read it).
+  // Any other group size (head_dim 72: 9 lanes): a tree onto the group's first lane
+  // (lane cl < o adds lane cl + o where that is still in the group), then that lane's sum
+  // to the whole group: ceil(log2 G) + 1 shuffles, not G.
+  const int cl = (threadIdx.x & 31) - base;
+  int top = 1;
+  while (top < G) top <<= 1;
+  for (int o = top >> 1; o > 0; o >>= 1) {
 #pragma unroll
-  for (int p = 0; p < kN; ++p) {
-    float acc = 0.0f;
-    for (int j = 0; j < G; ++j) acc += __shfl_sync(0xffffffffu, v[p], base + j);
-    v[p] = acc;
+    for (int p = 0; p < kN; ++p) {
+      const float t = __shfl_down_sync(0xffffffffu, v[p], o);
+      if (cl < o && cl + o < G) v[p] += t;
+    }
   }
+#pragma unroll
+  for (int p = 0; p < kN; ++p) v[p] = __shfl_sync(0xffffffffu, v[p], base);
 }
 
 template <int kN>
