@@ -35,6 +35,7 @@
 // Every device-side wait is bounded by the watchdog and names the world rank it waits
 // for; every inter-node message goes through the collectives' bounded waits.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 
@@ -69,8 +70,8 @@ struct HierShape {
 class HierTransport : public Transport {
  public:
   HierTransport(Device& dev, MPI_Comm group, const NodeLayout& nodes, const CollectivesFactory& make_coll,
-                int capacity, int chunks)
-      : dev_(dev), chunks_(std::max(1, chunks)) {
+                int capacity, int chunks, const VMajorOptions& vmajor)
+      : dev_(dev), chunks_(std::max(1, chunks)), vmajor_(vmajor) {
     int g = 0;
     UIPC_MPI_CHECK(MPI_Comm_rank(group, &g));
     UIPC_MPI_CHECK(MPI_Comm_size(group, &P_));
@@ -106,7 +107,9 @@ class HierTransport : public Transport {
     }
   }
 
-  std::string name() const override { return "hier"; }
+  std::string name() const override { return vmajor_.enabled ? "hier-vmajor" : "hier"; }
+
+  void set_selective(bool allowed) override { selective_ = allowed; }
 
   // My own slice of a scatter lies in my target like ipc's (the relays follow the final
   // layout in the same buffer): a producer may write it there.
@@ -188,8 +191,13 @@ class HierTransport : public Transport {
 
   SharedTarget& target_of(const Submission& sub) {
     const HierShape h(sub.shape, P_, L_);
-    return cache_->get(target_key(sub), h.target_bytes + static_cast<size_t>(N_ - 1) * h.relay_bytes,
-                       [this] { quiesce(); });
+    const int64_t misses = stats_.cache_misses;
+    SharedTarget& t = cache_->get(target_key(sub), h.target_bytes + static_cast<size_t>(N_ - 1) * h.relay_bytes,
+                                  [this] { quiesce(); });
+    // A fresh target (a miss, on every rank of the group alike) holds nothing V-major
+    // could keep: everything is sent again.
+    if (stats_.cache_misses != misses) vstate_.erase(target_key(sub).describe());
+    return t;
   }
 
   // My slices for the ranks of my node, straight into their targets (as `ipc` does);
@@ -243,6 +251,10 @@ class HierTransport : public Transport {
       if (released_epoch_ > 0) dev_.stream_wait_event(*inter_, *released_);  // my target is free
       inter_opened_ = true;
     }
+    if (vmajor_.enabled && sub.tag == Tag::kV) {
+      vmajor_phase2(sub, h, t, seq0);
+      return;
+    }
     uint64_t seq = seq0;
     for (int64_t b = 0; b < h.B; ++b) {
       for (int k = 0; k < K; ++k) {
@@ -266,6 +278,7 @@ class HierTransport : public Transport {
         }
         set_activity("in the inter-node phase of the hier scatter");
         rail_->send_recv(*inter_, xfers);
+        count_bytes(xfers);
       }
     }
   }
@@ -304,6 +317,7 @@ class HierTransport : public Transport {
         }
         set_activity("in the inter-node phase of the hier gather");
         rail_->send_recv(*inter_, xfers);
+        count_bytes(xfers);
         Event& arrived = *chunk_evt_[static_cast<size_t>(b * K + k)];
         arrived.record(*inter_);
         // Phase B: the chunk's rows on to the node-mates that own them, at (m, l)'s heads.
@@ -326,6 +340,134 @@ class HierTransport : public Transport {
       }
     }
     interval_end(sub.tag);
+  }
+
+  void count_bytes(const std::vector<PeerTransfer>& xfers) {
+    for (const PeerTransfer& x : xfers) {
+      stats_.inter_bytes_sent += static_cast<int64_t>(x.send_bytes);
+      stats_.inter_bytes_full += static_cast<int64_t>(x.send_bytes);
+    }
+  }
+
+  // What V-major keeps per V target: what this rank last sent of each block (its relays'
+  // shape), which blocks it ever sent, and staging for the packed messages.
+  struct VState {
+    DeviceBuffer last, rows, send_stage, recv_stage, masks;  // masks: mine, then the peers'
+    std::vector<char> sent;
+  };
+
+  // V's inter-node phase with V-major selective communication: once the whole relay is
+  // in (every chunk of every node-mate), compare each block (chunk k of batch b, for
+  // remote node m) with what was last sent, agree with each remote node on which blocks
+  // come (a mask), and send the chosen blocks packed into one message per remote node;
+  // the receiver unpacks them into its target and keeps the rest as they were. The
+  // decision is made on the host, so this phase is not pipelined in chunks and holds
+  // the host until V's intra-node phase is done (the V-first overlap of the Q/K norm is
+  // given up for the bytes).
+  void vmajor_phase2(const Submission& sub, const HierShape& h, const SharedTarget& t, uint64_t seq0) {
+    const int K = chunks_per_batch(h), R = N_ - 1;
+    const int64_t nblocks = h.B * K;
+    const uint64_t seq_end = seq0 + static_cast<uint64_t>(nblocks);
+    for (int j = 0; j < L_; ++j)
+      dev_.wait_value64_geq(*inter_, handshake_->my_word(j, 0), seq_end,
+                            WaitLabel{handshake_->world_rank(j), "chunk " + std::to_string(seq_end) +
+                                                                     " of the relays (tag V, intra-node phase, V-major)"});
+    VState& vs = vstate_[target_key(sub).describe()];
+    const size_t relays = static_cast<size_t>(R) * h.relay_bytes;
+    unsigned char* mine = target(t, l_) + h.target_bytes;  // my R relays, one after another
+    if (!vs.last) {
+      vs.last = dev_.alloc(relays);
+      vs.rows = dev_.alloc(static_cast<size_t>(R * h.B * h.LS) * 2 * sizeof(double));
+      vs.send_stage = dev_.alloc(relays);
+      vs.recv_stage = dev_.alloc(relays);
+      vs.masks = dev_.alloc(static_cast<size_t>(2 * R * nblocks));
+      vs.sent.assign(static_cast<size_t>(R * nblocks), 0);
+    }
+    // Which of my blocks go: never sent, not selective now, or changed enough.
+    std::vector<double> rows;
+    if (selective_) {
+      vmajor_.row_change(*inter_, mine, vs.last.get(), sub.shape.dtype, R * h.B * h.LS, h.slice,
+                         vs.rows.as<double>());
+      rows.resize(static_cast<size_t>(R * h.B * h.LS) * 2);
+      set_activity("in V-major's comparison (waiting for V's relays)");
+      inter_->synchronize();
+      dev_.copy_to_host(rows.data(), vs.rows.get(), rows.size() * sizeof(double));
+    }
+    std::vector<unsigned char> masks(static_cast<size_t>(2 * R * nblocks), 0);
+    for (int r = 0; r < R; ++r)
+      for (int64_t b = 0; b < h.B; ++b)
+        for (int k = 0; k < K; ++k) {
+          const size_t blk = static_cast<size_t>(r * nblocks + b * K + k);
+          bool send = !selective_ || !vs.sent[blk];
+          if (!send) {
+            double d2 = 0, l2 = 0;
+            for (int64_t tok = chunk_lo(h, k, K); tok < chunk_lo(h, k + 1, K); ++tok) {
+              const size_t row = static_cast<size_t>((r * h.B + b) * h.LS + tok);
+              d2 += rows[2 * row];
+              l2 += rows[2 * row + 1];
+            }
+            send = l2 > 0 ? std::sqrt(d2) >= vmajor_.threshold * std::sqrt(l2) : d2 > 0;
+          }
+          masks[blk] = send ? 1 : 0;
+        }
+    // The masks: one small message each way per remote node.
+    dev_.copy_to_device(vs.masks.get(), masks.data(), masks.size());
+    std::vector<PeerTransfer> xm;
+    for (int m = 0, r = 0; m < N_; ++m) {
+      if (m == n_) continue;
+      xm.push_back(PeerTransfer{m, vs.masks.as<unsigned char>() + r * nblocks, static_cast<size_t>(nblocks),
+                                vs.masks.as<unsigned char>() + (R + r) * nblocks, static_cast<size_t>(nblocks)});
+      ++r;
+    }
+    set_activity("in V-major's mask exchange");
+    rail_->send_recv(*inter_, xm);
+    inter_->synchronize();
+    dev_.copy_to_host(masks.data(), vs.masks.get(), masks.size());
+    // Pack the chosen blocks (and remember them as sent), exchange, unpack.
+    std::vector<PeerTransfer> xd;
+    std::vector<std::vector<std::pair<size_t, size_t>>> unpack(static_cast<size_t>(R));  // (target offset, bytes)
+    size_t full = 0;
+    for (int m = 0, r = 0; m < N_; ++m) {
+      if (m == n_) continue;
+      size_t out = 0, in = 0;
+      auto* send_base = vs.send_stage.as<unsigned char>() + static_cast<size_t>(r) * h.relay_bytes;
+      auto* recv_base = vs.recv_stage.as<unsigned char>() + static_cast<size_t>(r) * h.relay_bytes;
+      for (int64_t b = 0; b < h.B; ++b)
+        for (int k = 0; k < K; ++k) {
+          const int64_t lo = chunk_lo(h, k, K), hi = chunk_lo(h, k + 1, K);
+          const size_t bytes = static_cast<size_t>((hi - lo) * h.slice) * h.es;
+          const size_t at = static_cast<size_t>((b * h.LS + lo) * h.slice) * h.es;  // in a relay
+          const size_t blk = static_cast<size_t>(r * nblocks + b * K + k);
+          full += bytes;
+          if (masks[blk]) {
+            unsigned char* src = mine + static_cast<size_t>(r) * h.relay_bytes + at;
+            dev_.copy_2d(*inter_, send_base + out, bytes, src, bytes, bytes, 1);
+            dev_.copy_2d(*inter_, vs.last.as<unsigned char>() + static_cast<size_t>(r) * h.relay_bytes + at, bytes,
+                         src, bytes, bytes, 1);
+            vs.sent[blk] = 1;
+            out += bytes;
+          }
+          if (masks[static_cast<size_t>(R * nblocks) + blk]) {
+            unpack[static_cast<size_t>(r)].push_back(
+                {static_cast<size_t>((b * h.S + m * h.LS + lo) * h.slice) * h.es, bytes});
+            in += bytes;
+          }
+        }
+      xd.push_back(PeerTransfer{m, send_base, out, recv_base, in});
+      stats_.inter_bytes_sent += static_cast<int64_t>(out) + nblocks;  // the mask too
+      ++r;
+    }
+    stats_.inter_bytes_full += static_cast<int64_t>(full);
+    set_activity("in V-major's inter-node phase");
+    rail_->send_recv(*inter_, xd);
+    for (int r = 0; r < R; ++r) {
+      size_t at = 0;
+      for (const auto& [offset, bytes] : unpack[static_cast<size_t>(r)]) {
+        dev_.copy_2d(*inter_, target(t, l_) + offset, bytes,
+                     vs.recv_stage.as<unsigned char>() + static_cast<size_t>(r) * h.relay_bytes + at, bytes, bytes, 1);
+        at += bytes;
+      }
+    }
   }
 
   void drain() {
@@ -370,6 +512,9 @@ class HierTransport : public Transport {
 
   Device& dev_;
   int chunks_;
+  VMajorOptions vmajor_;
+  bool selective_ = false;
+  std::map<std::string, VState> vstate_;  // by target key
   int P_ = 1, N_ = 1, L_ = 1, n_ = 0, l_ = 0;
   MpiComm group_comm_, node_comm_, rail_comm_;
   std::unique_ptr<Collectives> rail_;
@@ -415,8 +560,8 @@ std::string hier_ineligible_reason(Device& dev, MPI_Comm group, const NodeLayout
 
 std::unique_ptr<Transport> make_hier_transport(Device& dev, MPI_Comm group, const NodeLayout& group_nodes,
                                                const CollectivesFactory& make_collectives, int cache_capacity,
-                                               int chunks) {
-  return std::make_unique<HierTransport>(dev, group, group_nodes, make_collectives, cache_capacity, chunks);
+                                               int chunks, const VMajorOptions& vmajor) {
+  return std::make_unique<HierTransport>(dev, group, group_nodes, make_collectives, cache_capacity, chunks, vmajor);
 }
 
 }  // namespace uipc

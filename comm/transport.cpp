@@ -100,12 +100,17 @@ SelectedTransport select_transport(const std::string& requested, const Transport
     return sel;
   }
   std::string why;
-  if (requested == "hier") {
+  if (requested == "hier" || requested == "hier-vmajor") {
     why = hier_ineligible_reason(dev, setup.group, setup.group_nodes);
     if (why.empty()) {
+      VMajorOptions vm;
+      vm.enabled = requested == "hier-vmajor";
+      vm.threshold = setup.vmajor_threshold;
+      vm.row_change = setup.row_change;
+      UIPC_CHECK(!vm.enabled || vm.row_change, "hier-vmajor needs the row_change kernel in its TransportSetup");
       sel.transport = make_hier_transport(dev, setup.group, setup.group_nodes, setup.make_collectives,
-                                          setup.options.cache_capacity, setup.hier_chunks);
-      sel.used = "hier";
+                                          setup.options.cache_capacity, setup.hier_chunks, vm);
+      sel.used = requested;
       return sel;
     }
     if (setup.group_nodes.one_node()) {
@@ -118,7 +123,7 @@ SelectedTransport select_transport(const std::string& requested, const Transport
       }
       sel.fallback_reason = "hier on one node is ipc, and ipc is not eligible: " + why;
     } else {
-      sel.fallback_reason = "hier not eligible: " + why;
+      sel.fallback_reason = requested + " not eligible: " + why;
     }
   } else if (requested == "ipc" || requested == "vmm") {
     sel.transport = try_ipc(requested, &why);
@@ -128,7 +133,7 @@ SelectedTransport select_transport(const std::string& requested, const Transport
     }
     sel.fallback_reason = requested + " not eligible: " + why;
   } else if (requested != "nccl") {
-    throw InputError("unknown transport '" + requested + "' (allowed: nccl, nccl-ce, ipc, vmm, hier)");
+    throw InputError("unknown transport '" + requested + "' (allowed: nccl, nccl-ce, ipc, vmm, hier, hier-vmajor)");
   }
   sel.transport = make_nccl_transport(dev, setup.coll);
   sel.used = "nccl";

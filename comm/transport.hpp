@@ -71,6 +71,9 @@ struct TransportStats {
   int64_t groups = 0;
   int64_t handshakes = 0;
   int64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0;
+  // The inter-node phase (hier): bytes this rank sent, and what full communication sends
+  // (they differ only where V-major selective communication skipped blocks).
+  int64_t inter_bytes_sent = 0, inter_bytes_full = 0;
 };
 
 class Transport {
@@ -95,6 +98,10 @@ class Transport {
   // copy stream or does not time that tag.
   virtual std::pair<Event*, Event*> copy_interval(Tag tag) { (void)tag; return {nullptr, nullptr}; }
   virtual TransportStats stats() const = 0;
+  // Whether the next groups may skip what barely changed since it was last sent (V-major
+  // selective communication, hier-vmajor only: false in the first denoising steps, which
+  // run with full communication). Exact transports ignore it.
+  virtual void set_selective(bool allowed) { (void)allowed; }
   // Closes this rank's mappings of peers' memory. Every rank of the group calls it,
   // then the group synchronises, then transports are destroyed: importers close before
   // exporters free. Streams must be idle.
@@ -146,15 +153,33 @@ std::string ipc_ineligible_reason(Device& dev, MPI_Comm group, const NodeLayout&
 // Device::vmm_ineligible_reason() on every rank. Collective over group.
 std::string vmm_ineligible_reason(Device& dev, MPI_Comm group, const NodeLayout& group_nodes);
 
+// V-major's comparison, per row of two contiguous (rows x row_elems) tensors of type t:
+// out[2r] = sum (now - last)^2, out[2r+1] = sum last^2, into device memory, ordered on s.
+// The layer kernels provide it (LayerKernels::row_change; lib wires it in), so comm/
+// runs no kernel of its own.
+using RowChangeFn = std::function<void(Stream& s, const void* now, const void* last, DType t, int64_t rows,
+                                       int64_t row_elems, double* out)>;
+
+// V-major selective communication (hier-vmajor): on the inter-node phase of V's scatter,
+// each block (a chunk of tokens x the destination's head slice) is sent only if its
+// relative change ||now - last sent|| / ||last sent|| is at least `threshold` (and while
+// set_selective(true)); the receiver keeps the block it has in its cached target. Lossy.
+struct VMajorOptions {
+  bool enabled = false;
+  double threshold = 0.1;
+  RowChangeFn row_change;
+};
+
 // The hierarchical transport (comm/hier_transport.cpp) over a group that spans N >= 2
 // nodes of L consecutive ranks each (`group_nodes`, NodeLayout::equal_blocks): an
 // intra-node IPC phase gathers on each rank what its same-index peers on the other
 // nodes need, an inter-node phase over collectives between ranks of the same local
 // index (made by `make_collectives`: one message per remote node) puts it straight into
 // the final layout, pipelined in `chunks` token ranges per batch. Its name() is "hier".
+// With vmajor.enabled its name() is "hier-vmajor".
 std::unique_ptr<Transport> make_hier_transport(Device& dev, MPI_Comm group, const NodeLayout& group_nodes,
                                                const CollectivesFactory& make_collectives, int cache_capacity,
-                                               int chunks);
+                                               int chunks, const VMajorOptions& vmajor = {});
 // Why the hierarchical transport cannot serve `group` ("" = it can): one node (where
 // `ipc` serves), nodes that are not equal consecutive blocks, or the IPC checks inside a
 // node. Collective over group.
@@ -178,11 +203,14 @@ struct TransportSetup {
   int hier_chunks = 4;                // token chunks per batch of hier's pipeline
   Collectives* ce_coll = nullptr;     // nccl-ce's zero-CTA communicator (nullptr: none could be made ...)
   std::string ce_unavailable = "no copy-engine communicator was made";  // (... and why)
+  double vmajor_threshold = 0.1;      // hier-vmajor (VMajorOptions)
+  RowChangeFn row_change = nullptr;   // hier-vmajor's comparison (VMajorOptions)
 };
 
 // Walks the ordered list for `requested` and takes the first that can serve:
 //   ipc: ipc, nccl;   vmm: vmm, nccl;   nccl-ce: nccl-ce (on ce_coll), nccl;   nccl: nccl;
-//   hier: hier (a group over several nodes), ipc (a group on one node), nccl.
+//   hier: hier (a group over several nodes), ipc (a group on one node), nccl;
+//   hier-vmajor: the same walk, with V-major selective communication on hier.
 // Collective over the group. Throws InputError for an unknown name. Called before any
 // group starts, so a fallback never happens mid-group.
 SelectedTransport select_transport(const std::string& requested, const TransportSetup& setup);

@@ -25,6 +25,9 @@ void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRo
 void launch_attention_reference(cudaStream_t s, const void* q, const void* k, const void* v, void* o, int64_t batch,
                                 int64_t seq, int heads, int head_dim, DType dtype, float scale);
 void launch_convert_from_f32(cudaStream_t s, const float* in, void* out, int64_t n, DType dtype);
+// LayerKernels::row_change: a block per row, fp64 partial sums reduced in shared memory.
+void launch_row_change(cudaStream_t s, const void* now, const void* last, DType dtype, int64_t rows, int64_t row_elems,
+                       double* out);
 // out row r = round(in row r) for `rows` rows of `cols` values, rows ld_in / ld_out apart.
 void launch_convert_from_f32_2d(cudaStream_t s, const float* in, int64_t ld_in, void* out, int64_t ld_out, int64_t rows,
                                 int64_t cols, DType dtype);

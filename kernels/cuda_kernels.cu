@@ -809,4 +809,56 @@ void launch_convert_from_f32_2d(cudaStream_t s, const float* in, int64_t ld_in, 
   UIPC_CUDA_CHECK(cudaGetLastError());
 }
 
+namespace {
+template <typename T>
+__global__ void row_change_kernel(const T* now, const T* last, int64_t rows, int64_t row_elems, double* out) {
+  __shared__ double sd[256], sl[256];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    double d2 = 0, l2 = 0;
+    for (int64_t e = threadIdx.x; e < row_elems; e += blockDim.x) {
+      const double a = to_float(now[r * row_elems + e]), b = to_float(last[r * row_elems + e]);
+      d2 += (a - b) * (a - b);
+      l2 += b * b;
+    }
+    sd[threadIdx.x] = d2;
+    sl[threadIdx.x] = l2;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+      if (threadIdx.x < w) {
+        sd[threadIdx.x] += sd[threadIdx.x + w];
+        sl[threadIdx.x] += sl[threadIdx.x + w];
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      out[2 * r] = sd[0];
+      out[2 * r + 1] = sl[0];
+    }
+    __syncthreads();  // the shared sums are rewritten for the next row
+  }
+}
+}  // namespace
+
+void launch_row_change(cudaStream_t s, const void* now, const void* last, DType dtype, int64_t rows, int64_t row_elems,
+                       double* out) {
+  UIPC_CHECK(rows >= 0 && row_elems >= 0, "row_change: negative size");
+  if (rows == 0) return;
+  const unsigned blocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
+  switch (dtype) {
+    case DType::kBF16:
+      row_change_kernel<<<blocks, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(now),
+                                               static_cast<const __nv_bfloat16*>(last), rows, row_elems, out);
+      break;
+    case DType::kFP16:
+      row_change_kernel<<<blocks, 256, 0, s>>>(static_cast<const __half*>(now), static_cast<const __half*>(last), rows,
+                                               row_elems, out);
+      break;
+    default:
+      row_change_kernel<<<blocks, 256, 0, s>>>(static_cast<const float*>(now), static_cast<const float*>(last), rows,
+                                               row_elems, out);
+      break;
+  }
+  UIPC_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace uipc

@@ -63,6 +63,11 @@ class CudaKernels : public LayerKernels {
     launch_convert_from_f32(native(s), in, out, n, dtype);
   }
 
+  void row_change(Stream& s, const void* now, const void* last, DType dtype, int64_t rows, int64_t row_elems,
+                  double* out) override {
+    launch_row_change(native(s), now, last, dtype, rows, row_elems, out);
+  }
+
   const std::string& last_path() const { return last_path_; }
 
  private:

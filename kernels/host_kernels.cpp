@@ -355,6 +355,27 @@ class HostKernels final : public LayerKernels {
       fence();
     });
   }
+
+  void row_change(Stream& s, const void* now, const void* last, DType dtype, int64_t rows, int64_t row_elems,
+                  double* out) override {
+    UIPC_CHECK(rows >= 0 && row_elems >= 0, "row_change: negative size");
+    if (rows == 0) return;
+    UIPC_CHECK(now != nullptr && last != nullptr && out != nullptr, "row_change null pointer");
+    host_stream(s).enqueue([=]() {
+      Kokkos::parallel_for("uipc::row_change", Range(0, rows), [=](int64_t r) {
+        double d2 = 0, l2 = 0;
+        for (int64_t e = r * row_elems; e < (r + 1) * row_elems; ++e) {
+          const double a = load_as_float(dtype, now, static_cast<size_t>(e));
+          const double b = load_as_float(dtype, last, static_cast<size_t>(e));
+          d2 += (a - b) * (a - b);
+          l2 += b * b;
+        }
+        out[2 * r] = d2;
+        out[2 * r + 1] = l2;
+      });
+      fence();
+    });
+  }
 };
 
 }  // namespace

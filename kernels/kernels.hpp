@@ -80,6 +80,13 @@ class LayerKernels {
 
   // out[i] = round_to(dtype, in[i]) for i < n (fp32 -> dtype).
   virtual void convert_from_f32(Stream& s, const float* in, void* out, int64_t n, DType dtype) = 0;
+
+  // V-major selective communication's comparison, per row r < rows of two contiguous
+  // (rows x row_elems) tensors of type dtype: out[2r] = sum (now - last)^2 and
+  // out[2r+1] = sum last^2, the fp32 values' squares summed in fp64 (any order: the
+  // result decides what to send, it is not part of the layer's math). out: device memory.
+  virtual void row_change(Stream& s, const void* now, const void* last, DType dtype, int64_t rows, int64_t row_elems,
+                          double* out) = 0;
 };
 
 // Host kernels (Kokkos, DefaultHostExecutionSpace) running on host-device streams.

@@ -27,7 +27,8 @@ const std::vector<std::string>& case_fields() {
   static const std::vector<std::string> f = {
       "name",      "description", "batch",      "seq_len",    "heads",      "head_dim",   "dtype",      "qk_norm",
       "norm_eps",  "rope",        "rope_theta", "fused_qkv",  "ulysses",    "tp",         "transports", "schedules",
-      "warmup",    "iterations",  "repeats",    "seed",       "tol_max_abs", "tol_rel_l2", "watchdog_s", "ablations"};
+      "warmup",    "iterations",  "repeats",    "seed",       "tol_max_abs", "tol_rel_l2", "watchdog_s", "ablations",
+      "rank_order", "steps",      "step_similarity", "full_steps", "vmajor_threshold", "vmajor_tol_rel_l2"};
   return f;
 }
 const std::vector<std::string> kRequiredFields = {"batch", "seq_len", "heads", "head_dim", "dtype"};
@@ -41,6 +42,7 @@ constexpr int kMaxHeads = 1024;
 constexpr int kMaxHeadDim = 512;
 constexpr int64_t kMaxTensorElems = int64_t{1} << 36;  // B*S*H*D of one Q/K/V/O tensor
 constexpr int kMaxUlysses = 64;
+constexpr int kMaxSteps = 1000;
 constexpr int kMaxWarmup = 10000;
 constexpr int kMaxIterations = 100000;
 constexpr int kMaxRepeats = 1000;
@@ -123,6 +125,10 @@ const std::vector<std::string>& rope_names() {
   static const std::vector<std::string> v = {"none", "1d"};
   return v;
 }
+const std::vector<std::string>& rank_order_names() {
+  static const std::vector<std::string> v = {"tp_outer", "tp_inner"};
+  return v;
+}
 
 // Index of s in names, or fail naming the field and the allowed values.
 int parse_enum(const h5::Object& g, const std::string& field, const std::string& s,
@@ -174,6 +180,8 @@ Case read_case(const h5::Group& g, const std::string& name) {
   if (g.has_attr("fused_qkv")) c.fused_qkv = g.read_bool("fused_qkv");
   if (g.has_attr("ulysses")) c.ulysses = read_int32(g, "ulysses");
   if (g.has_attr("tp")) c.tp = read_int32(g, "tp");
+  if (g.has_attr("rank_order"))
+    c.rank_order = static_cast<RankOrder>(parse_enum(g, "rank_order", g.read_string("rank_order"), rank_order_names()));
   if (g.has_attr("transports")) c.transports = g.read_string_list("transports", kMaxListItems);
   if (g.has_attr("schedules")) c.schedules = g.read_string_list("schedules", kMaxListItems);
   if (g.has_attr("ablations")) c.ablations = g.read_string_list("ablations", kMaxListItems);
@@ -184,6 +192,11 @@ Case read_case(const h5::Group& g, const std::string& name) {
   if (g.has_attr("tol_max_abs")) c.tol_max_abs = g.read_double("tol_max_abs");
   if (g.has_attr("tol_rel_l2")) c.tol_rel_l2 = g.read_double("tol_rel_l2");
   if (g.has_attr("watchdog_s")) c.watchdog_s = g.read_double("watchdog_s");
+  if (g.has_attr("steps")) c.steps = read_int32(g, "steps");
+  if (g.has_attr("step_similarity")) c.step_similarity = g.read_double("step_similarity");
+  if (g.has_attr("full_steps")) c.full_steps = read_int32(g, "full_steps");
+  if (g.has_attr("vmajor_threshold")) c.vmajor_threshold = g.read_double("vmajor_threshold");
+  if (g.has_attr("vmajor_tol_rel_l2")) c.vmajor_tol_rel_l2 = g.read_double("vmajor_tol_rel_l2");
   return c;
 }
 
@@ -206,7 +219,7 @@ void check_deck_cases(const Deck& deck, const std::string& path) {
 }  // namespace
 
 const std::vector<std::string>& known_transports() {
-  static const std::vector<std::string> v = {"nccl", "nccl-ce", "ipc", "vmm", "hier"};
+  static const std::vector<std::string> v = {"nccl", "nccl-ce", "ipc", "vmm", "hier", "hier-vmajor"};
   return v;
 }
 
@@ -215,6 +228,8 @@ const std::vector<std::string>& known_ablations() {
                                              "normal-priority", "no-target-cache"};
   return v;
 }
+
+bool transport_is_exact(const std::string& name) { return name != "hier-vmajor"; }
 
 const std::vector<std::string>& known_schedules() {
   static const std::vector<std::string> v = {"baseline", "v-first", "v-project-first", "v-first-split"};
@@ -227,6 +242,14 @@ const char* norm_kind_name(NormKind k) {
     case NormKind::kRmsPerHead: return "rms";
     case NormKind::kRmsAcrossHeads: return "rms_across_heads";
     case NormKind::kLayerPerHead: return "layer";
+  }
+  return "?";
+}
+
+const char* rank_order_name(RankOrder o) {
+  switch (o) {
+    case RankOrder::kTpOuter: return "tp_outer";
+    case RankOrder::kTpInner: return "tp_inner";
   }
   return "?";
 }
@@ -285,7 +308,18 @@ void validate_case(const Case& c) {
         "rms_across_heads needs all heads of a token on one rank, so only tp = 1 (this case has tp = " +
             std::to_string(c.tp) + ")");
 
+  if (c.rank_order != RankOrder::kTpOuter && c.rank_order != RankOrder::kTpInner)
+    bad(c, "rank_order", "unknown value (allowed: " + join(rank_order_names()) + ")");
   check_names(c, "transports", c.transports, known_transports());
+  for (size_t i = 0; i < c.transports.size(); ++i) {
+    if (transport_is_exact(c.transports[i])) continue;
+    bool exact_before = false;
+    for (size_t j = 0; j < i; ++j) exact_before = exact_before || transport_is_exact(c.transports[j]);
+    if (!exact_before)
+      bad(c, "transports",
+          "'" + c.transports[i] + "' is approximate: list an exact transport before it (its error is measured "
+          "against that run's result of the same step)");
+  }
   check_names(c, "schedules", c.schedules, known_schedules());
   if (!c.ablations.empty()) check_names(c, "ablations", c.ablations, known_ablations());
   check_range<int>(c, "warmup", c.warmup, 0, kMaxWarmup);
@@ -299,6 +333,17 @@ void validate_case(const Case& c) {
   check_positive_finite(c, "tol_max_abs", c.tol_max_abs, std::numeric_limits<double>::max());
   check_positive_finite(c, "tol_rel_l2", c.tol_rel_l2, std::numeric_limits<double>::max());
   check_positive_finite(c, "watchdog_s", c.watchdog_s, kMaxWatchdogS);
+  check_range<int>(c, "steps", c.steps, 1, kMaxSteps);
+  if (timed * c.steps > kMaxTimedLayers)
+    bad(c, "steps",
+        "repeats*iterations*steps = " + std::to_string(timed * c.steps) + " (at most " +
+            std::to_string(kMaxTimedLayers) + ": the report keeps every timed layer of every rank)");
+  if (!std::isfinite(c.step_similarity) || c.step_similarity < 0.5 || c.step_similarity > 1)
+    bad(c, "step_similarity", fmt_double(c.step_similarity) + " is out of range (allowed: 0.5 .. 1)");
+  check_range<int>(c, "full_steps", c.full_steps, 0, c.steps);
+  if (!std::isfinite(c.vmajor_threshold) || c.vmajor_threshold < 0 || c.vmajor_threshold > 10)
+    bad(c, "vmajor_threshold", fmt_double(c.vmajor_threshold) + " is out of range (allowed: 0 .. 10)");
+  check_positive_finite(c, "vmajor_tol_rel_l2", c.vmajor_tol_rel_l2, std::numeric_limits<double>::max());
 }
 
 void validate_case_for_world(const Case& c, int world) {
@@ -393,6 +438,12 @@ void write_case_attributes(const h5::Group& g, const Case& c) {
   g.write_attr("tol_max_abs", c.tol_max_abs);
   g.write_attr("tol_rel_l2", c.tol_rel_l2);
   g.write_attr("watchdog_s", c.watchdog_s);
+  g.write_attr("rank_order", rank_order_name(c.rank_order));
+  g.write_attr("steps", c.steps);
+  g.write_attr("step_similarity", c.step_similarity);
+  g.write_attr("full_steps", c.full_steps);
+  g.write_attr("vmajor_threshold", c.vmajor_threshold);
+  g.write_attr("vmajor_tol_rel_l2", c.vmajor_tol_rel_l2);
 }
 
 void write_deck(const Deck& deck, const std::string& path) {
@@ -435,7 +486,7 @@ std::string format_deck(const Deck& deck) {
     if (c.rope != RopeKind::kNone) o << " (rope_theta " << fmt_float(c.rope_theta) << ")";
     o << "\n  projection   " << (c.fused_qkv ? "fused QKV (fused_qkv 1)" : "separate Q, K, V (fused_qkv 0)") << "\n";
     o << "  layout       ulysses " << c.ulysses << (c.ulysses == 0 ? " (all ranks / tp)" : "") << ", tp " << c.tp
-      << "\n";
+      << ", rank_order " << rank_order_name(c.rank_order) << "\n";
     o << "  transports   " << join(c.transports) << "\n";
     o << "  schedules    " << join(c.schedules) << "\n";
     if (!c.ablations.empty()) o << "  ablations    " << join(c.ablations) << " (each a run beside the full design)\n";
@@ -445,6 +496,9 @@ std::string format_deck(const Deck& deck) {
     o << "  tolerance    max_abs " << fmt_double(c.tol_max_abs) << ", rel_l2 " << fmt_double(c.tol_rel_l2)
       << " (parity vs dense reference)\n";
     o << "  watchdog     " << fmt_double(c.watchdog_s) << " s\n";
+    o << "  steps        " << c.steps << " (step_similarity " << fmt_double(c.step_similarity) << ", full_steps "
+      << c.full_steps << "; hier-vmajor: vmajor_threshold " << fmt_double(c.vmajor_threshold)
+      << ", vmajor_tol_rel_l2 " << fmt_double(c.vmajor_tol_rel_l2) << ")\n";
   }
   return o.str();
 }

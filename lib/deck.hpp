@@ -14,6 +14,12 @@ namespace uipc {
 
 constexpr int kDeckSchemaVersion = 1;
 
+// Where a case's TP and Ulysses ranks sit (docs/math.md, "Shapes"): tp_outer, rank =
+// tp_rank*ulysses + u_rank (a Ulysses group is consecutive ranks); tp_inner, rank =
+// u_rank*tp + tp_rank (a TP group is consecutive ranks, so it stays inside a node while
+// the Ulysses group strides across nodes).
+enum class RankOrder : int { kTpOuter = 0, kTpInner = 1 };
+
 struct Case {
   std::string name;
   std::string description;  // free text, e.g. where the shapes come from
@@ -31,6 +37,7 @@ struct Case {
   // layout
   int ulysses = 0;  // 0: all ranks of the run (world / tp)
   int tp = 1;
+  RankOrder rank_order = RankOrder::kTpOuter;
   // run
   std::vector<std::string> transports{"nccl", "ipc"};
   std::vector<std::string> schedules{"baseline", "v-first", "v-first-split"};
@@ -44,6 +51,17 @@ struct Case {
   double tol_max_abs = 2e-2;
   double tol_rel_l2 = 1e-2;
   double watchdog_s = 60.0;
+  // denoising steps (docs/math.md, "Steps"): the layer runs `steps` times on inputs that
+  // evolve with mean step-to-step cosine similarity `step_similarity`; the first
+  // `full_steps` run with full communication in the V-major transport (hier-vmajor), which
+  // later skips sending V blocks whose relative change since last sent is under
+  // `vmajor_threshold`, and is judged by its error against the exact result of the same
+  // step (`vmajor_tol_rel_l2`), never as an exact parity pass.
+  int steps = 1;
+  double step_similarity = 0.98;
+  int full_steps = 1;
+  double vmajor_threshold = 0.1;
+  double vmajor_tol_rel_l2 = 0.05;
 
   // ulysses and world for a run on `world_size` ranks (resolves ulysses = 0).
   int ulysses_for(int world_size) const { return ulysses > 0 ? ulysses : world_size / tp; }
@@ -62,6 +80,10 @@ const std::vector<std::string>& known_schedules();
 const std::vector<std::string>& known_ablations();
 const char* norm_kind_name(NormKind k);   // "none", "rms", "rms_across_heads", "layer"
 const char* rope_kind_name(RopeKind k);   // "none", "1d"
+const char* rank_order_name(RankOrder o); // "tp_outer", "tp_inner"
+// Transports whose results are exact (bit-identical data movement); the others (the
+// V-major hier-vmajor) are approximate by design.
+bool transport_is_exact(const std::string& name);
 
 // Checks every field of c for sanity, independent of the world size. Throws
 // InputError("case 'NAME': FIELD: what is wrong").

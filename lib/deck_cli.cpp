@@ -349,7 +349,9 @@ const std::vector<FieldOption>& field_options() {
       {"--ulysses", "U", "Ulysses degree, 0 = all ranks / tp (0..64)",
        [](Case& c, const std::string& v) { c.ulysses = parse_int(v); }},
       {"--tp", "T", "tensor-parallel degree (1, 2, 4, 8)", [](Case& c, const std::string& v) { c.tp = parse_int(v); }},
-      {"--transports", "a,b", "scatter transports to compare (nccl, nccl-ce, ipc, vmm)",
+      {"--rank-order", "O", "tp_outer (Ulysses groups are consecutive ranks) or tp_inner (TP groups are)",
+       [](Case& c, const std::string& v) { c.rank_order = parse_named<RankOrder>(v, 2, rank_order_name); }},
+      {"--transports", "a,b", "scatter transports to compare (nccl, nccl-ce, ipc, vmm, hier, hier-vmajor)",
        [](Case& c, const std::string& v) { c.transports = parse_list(v); }},
       {"--schedules", "a,b", "schedules to compare (baseline, v-first, v-project-first, v-first-split)",
        [](Case& c, const std::string& v) { c.schedules = parse_list(v); }},
@@ -369,6 +371,16 @@ const std::vector<FieldOption>& field_options() {
        [](Case& c, const std::string& v) { c.tol_rel_l2 = parse_f64(v); }},
       {"--watchdog", "S", "seconds a peer may be late before the run fails (0 < S <= 86400)",
        [](Case& c, const std::string& v) { c.watchdog_s = parse_f64(v); }},
+      {"--steps", "N", "denoising steps; each runs warmup + iterations layers (1..1000)",
+       [](Case& c, const std::string& v) { c.steps = parse_int(v); }},
+      {"--step-similarity", "X", "mean cosine similarity of consecutive steps' inputs (0.5..1)",
+       [](Case& c, const std::string& v) { c.step_similarity = parse_f64(v); }},
+      {"--full-steps", "N", "first steps with full communication in hier-vmajor (0..steps)",
+       [](Case& c, const std::string& v) { c.full_steps = parse_int(v); }},
+      {"--vmajor-threshold", "X", "hier-vmajor skips a V block whose relative change since last sent is below X",
+       [](Case& c, const std::string& v) { c.vmajor_threshold = parse_f64(v); }},
+      {"--vmajor-tol-rel-l2", "X", "hier-vmajor's own tolerance: rel. L2 error vs the exact result of each step",
+       [](Case& c, const std::string& v) { c.vmajor_tol_rel_l2 = parse_f64(v); }},
   };
   return opts;
 }

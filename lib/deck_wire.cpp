@@ -148,7 +148,8 @@ class Reader {
 
 // The fixed-size part of one encoded case plus its string/list length prefixes: a
 // case count beyond left/kMinCaseBytes cannot be genuine.
-constexpr size_t kMinCaseBytes = 4 + 4 + 8 + 8 + 4 + 4 + 1 + 1 + 4 + 1 + 4 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + 4;
+constexpr size_t kMinCaseBytes =
+    4 + 4 + 8 + 8 + 4 + 4 + 1 + 1 + 4 + 1 + 4 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + 4 + 1 + 4 + 8 + 4 + 8 + 8;
 
 template <class E>
 E read_enum(Reader& r, const char* what, int max_value) {
@@ -193,6 +194,12 @@ std::vector<unsigned char> serialize_deck(const Deck& deck) {
     w.f64(c.tol_rel_l2);
     w.f64(c.watchdog_s);
     w.list(c.ablations);
+    w.u8(static_cast<uint8_t>(c.rank_order));
+    w.i32(c.steps);
+    w.f64(c.step_similarity);
+    w.i32(c.full_steps);
+    w.f64(c.vmajor_threshold);
+    w.f64(c.vmajor_tol_rel_l2);
   }
   return w.take();
 }
@@ -237,6 +244,12 @@ Deck deserialize_deck(const unsigned char* data, size_t size) {
     c.tol_rel_l2 = r.f64("tol_rel_l2");
     c.watchdog_s = r.f64("watchdog_s");
     c.ablations = r.list("ablations");
+    c.rank_order = read_enum<RankOrder>(r, "rank_order", static_cast<int>(RankOrder::kTpInner));
+    c.steps = r.i32("steps");
+    c.step_similarity = r.f64("step_similarity");
+    c.full_steps = r.i32("full_steps");
+    c.vmajor_threshold = r.f64("vmajor_threshold");
+    c.vmajor_tol_rel_l2 = r.f64("vmajor_tol_rel_l2");
     d.cases.push_back(std::move(c));
   }
   if (r.left() != 0) r.corrupt("the end", std::to_string(r.left()) + " bytes left over");
@@ -487,8 +500,11 @@ Deck read_deck_on_root(const std::string& path, MPI_Comm comm, double timeout_s)
 //     2 (gamma) or 4 (LayerNorm: + beta) norm vectors of N = D (C for rms_across_heads)
 //   LayerData data (upload_layer_data), es: x M*C, fused w_qkv 3*C*Ct, separate
 //     w_q/w_k/w_v 3*C*Ct, w_o Ct*C; norm vectors in fp32
-//   ref, this rank's reference rows (distribute_reference): M*C fp32
-//   every run's RunResult kept in cr.runs: P*T*world*(kNumStages stage_ms + 1
+//   ref, this rank's reference rows (distribute_reference): M*C fp32 per step (steps of
+//     them), and for steps > 1 the input rows of every step, M*C fp32 each; the outputs of
+//     the first exact run of each schedule at every step (what V-major is measured
+//     against): schedules*steps*M*C fp32
+//   every run's RunResult kept in cr.runs: P*T*steps*world*(kNumStages stage_ms + 1
 //     v_overlap_ms) doubles
 // One (transport, schedule) pair at a time (pair_peak; the pipeline and transports are
 // destroyed at the end of each pair):
@@ -499,6 +515,11 @@ Deck read_deck_on_root(const std::string& path, MPI_Comm comm, double timeout_s)
 //     nccl (comm/nccl_transport.cpp): 3*M*Ct*es results + send and recv buffers of
 //       chunk*peers = 3*M*Ct*es each: 9*M*Ct*es, counted whatever the case lists (ipc
 //       falls back to nccl where it is not eligible)
+//     hier (comm/hier_transport.cpp): each target with relays for the other nodes,
+//       (1 + f)*M*Ct*es with f = (N-1)/N; hier-vmajor adds for V the last-sent copy and
+//       two staging buffers of the relays' size, 3*f*M*Ct*es, and 16 bytes of sums per
+//       relay row: 3 + 6f < 9 targets' worth, within nccl's bound (its margin 6/N of
+//       M*Ct*es exceeds the sums for any real head slice)
 //   gather transport, O: the default (auto) is a separate nccl transport: M*Ct*es result
 //     + send/recv M*Ct*es each (ipc: one M*Ct*es target, less); the worst is counted
 //   check_parity: the output copied to the host, M*C*es
@@ -565,8 +586,10 @@ size_t estimate_case_bytes_per_rank(const Case& c, int world, bool rank0, bool s
 
   const uint64_t host_data = add({mul({add({MC, mul({3, CCt}), CCt}), f4}), norms});
   const uint64_t device_data = add({mul({add({MC, mul({3, CCt}), mul({3, CCt}), CCt}), es}), norms});
-  const uint64_t ref_shard = mul({MC, f4});
-  const uint64_t results = mul({P, T, W, stages, f8});
+  const uint64_t steps = static_cast<uint64_t>(c.steps > 0 ? c.steps : 1);
+  const uint64_t ref_shard = add({mul({steps, MC, f4}), steps > 1 ? mul({steps, MC, f4}) : 0,
+                                  mul({c.schedules.size(), steps, MC, f4})});
+  const uint64_t results = mul({P, T, steps, W, stages, f8});
   const uint64_t per_rank_case = add({host_data, device_data, ref_shard, results});
 
   // nccl's buffers bound the scatter whatever the case lists: ipc falls back to nccl

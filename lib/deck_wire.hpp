@@ -17,7 +17,7 @@
 namespace uipc {
 
 // Version of the encoding below; deserialize_deck refuses any other.
-constexpr uint32_t kDeckWireVersion = 2;
+constexpr uint32_t kDeckWireVersion = 3;
 
 // Every field of the Deck and of each Case, little-endian, strings and lists
 // length-prefixed. Deterministic: equal decks give equal bytes.

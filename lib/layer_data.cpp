@@ -8,28 +8,48 @@
 namespace uipc {
 
 namespace {
-enum : uint64_t { kStreamX = 1, kStreamWqkv = 2, kStreamWo = 3, kStreamGq = 4, kStreamGk = 5, kStreamBq = 6, kStreamBk = 7 };
+enum : uint64_t {
+  kStreamX = 1, kStreamWqkv = 2, kStreamWo = 3, kStreamGq = 4, kStreamGk = 5, kStreamBq = 6, kStreamBk = 7,
+  kStreamStepNoise = 8
+};
 
 int64_t norm_width(const Case& c) {
   return c.qk_norm == NormKind::kRmsAcrossHeads ? c.width() : c.head_dim;
 }
 }  // namespace
 
+std::vector<float> generate_layer_input(const Case& c, const Layout& l, int step) {
+  const int64_t C = c.width(), S = c.seq_len, Sl = l.seq_local, B = l.batch;
+  const uint64_t seed = c.seed;
+  std::vector<float> x(static_cast<size_t>(B * Sl * C));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < Sl; ++s) {
+      const int64_t sg = l.pos_offset() + s;
+      // Token sg keeps similarity rho(sg) from step to step: 1 - 2(1 - rho)(sg + 1/2)/S,
+      // whose mean over the tokens is the case's step_similarity.
+      const float rho = static_cast<float>(1.0 - 2.0 * (1.0 - c.step_similarity) * (static_cast<double>(sg) + 0.5) /
+                                                     static_cast<double>(S));
+      const float keep = rho, fresh = std::sqrt(std::max(0.0f, 1.0f - rho * rho));
+      for (int64_t k = 0; k < C; ++k) {
+        const uint64_t e = static_cast<uint64_t>((b * S + sg) * C + k);
+        float v = uniform_pm1(seed, kStreamX, e);
+        for (int t = 1; t <= step; ++t)
+          v = keep * v + fresh * uniform_pm1(seed, kStreamStepNoise, static_cast<uint64_t>(t - 1) *
+                                                                     static_cast<uint64_t>(B * S * C) + e);
+        x[static_cast<size_t>((b * Sl + s) * C + k)] = round_to(c.dtype, v);
+      }
+    }
+  return x;
+}
+
 HostLayerData generate_layer_data(const Case& c, const Layout& l) {
   HostLayerData h;
-  const int64_t C = c.width(), H = c.heads, D = c.head_dim, S = c.seq_len;
-  const int64_t Sl = l.seq_local, Ht = l.heads_tp, h0 = l.first_head_tp();
+  const int64_t C = c.width(), H = c.heads, D = c.head_dim;
+  const int64_t Ht = l.heads_tp, h0 = l.first_head_tp();
   const uint64_t seed = c.seed;
   const DType t = c.dtype;
 
-  h.x.resize(static_cast<size_t>(l.batch * Sl * C));
-  for (int64_t b = 0; b < l.batch; ++b)
-    for (int64_t s = 0; s < Sl; ++s) {
-      const int64_t sg = l.pos_offset() + s;
-      for (int64_t k = 0; k < C; ++k)
-        h.x[static_cast<size_t>((b * Sl + s) * C + k)] =
-            round_to(t, uniform_pm1(seed, kStreamX, static_cast<uint64_t>((b * S + sg) * C + k)));
-    }
+  h.x = generate_layer_input(c, l, 0);
 
   const float wscale = 1.0f / std::sqrt(static_cast<float>(C));
   h.w_qkv.resize(static_cast<size_t>(C * 3 * Ht * D));

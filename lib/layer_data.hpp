@@ -30,6 +30,11 @@ struct HostLayerData {
 // The tensors of layout `l` (tp_rank's heads, u_rank's tokens). A Layout with
 // tp = ulysses = 1 gives the whole layer (the dense reference's inputs).
 HostLayerData generate_layer_data(const Case& c, const Layout& l);
+// The (B, S_local, C) input rows of `l` at denoising step `step` (docs/math.md, "Steps"),
+// rounded to the dtype: step 0 is generate_layer_data's x, each later step mixes the
+// previous one with fresh noise so that consecutive steps have the case's mean cosine
+// similarity, high on early tokens and lower on late ones.
+std::vector<float> generate_layer_input(const Case& c, const Layout& l, int step);
 LayerData upload_layer_data(Device& dev, const Case& c, const Layout& l, const HostLayerData& h);
 
 // Host values -> device buffer of dtype t.

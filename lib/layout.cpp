@@ -7,18 +7,19 @@ namespace uipc {
 
 std::vector<int> Layout::ulysses_group() const {
   std::vector<int> g;
-  for (int u = 0; u < ulysses; ++u) g.push_back(tp_rank * ulysses + u);
+  for (int u = 0; u < ulysses; ++u) g.push_back(rank_of(tp_rank, u));
   return g;
 }
 
 std::vector<int> Layout::tp_group() const {
   std::vector<int> g;
-  for (int t = 0; t < tp; ++t) g.push_back(t * ulysses + u_rank);
+  for (int t = 0; t < tp; ++t) g.push_back(rank_of(t, u_rank));
   return g;
 }
 
 std::string Layout::describe() const {
-  std::string s = tp > 1 ? "TP" + std::to_string(tp) + " x Ulysses" + std::to_string(ulysses)
+  std::string s = tp > 1 ? "TP" + std::to_string(tp) + " x Ulysses" + std::to_string(ulysses) +
+                               (rank_order == RankOrder::kTpInner ? " (tp_inner)" : "")
                          : "Ulysses" + std::to_string(ulysses);
   return s + " (rank " + std::to_string(rank) + ": tp_rank " + std::to_string(tp_rank) +
          ", u_rank " + std::to_string(u_rank) + ")";
@@ -32,8 +33,9 @@ Layout make_layout(const Case& c, int world, int rank) {
   l.tp = c.tp;
   l.ulysses = c.ulysses_for(world);
   UIPC_CHECK(l.tp * l.ulysses == world, "validated layout must cover the world");
-  l.tp_rank = rank / l.ulysses;
-  l.u_rank = rank % l.ulysses;
+  l.rank_order = c.rank_order;
+  l.tp_rank = l.rank_order == RankOrder::kTpInner ? rank % l.tp : rank / l.ulysses;
+  l.u_rank = l.rank_order == RankOrder::kTpInner ? rank / l.tp : rank % l.ulysses;
   l.batch = c.batch;
   l.seq = c.seq_len;
   l.seq_local = c.seq_len / l.ulysses;

@@ -13,6 +13,7 @@ namespace uipc {
 struct Layout {
   int world = 1, rank = 0;
   int tp = 1, ulysses = 1;
+  RankOrder rank_order = RankOrder::kTpOuter;
   int tp_rank = 0, u_rank = 0;
   int64_t batch = 1, seq = 1, seq_local = 1;
   int heads = 1, heads_tp = 1, heads_local = 1, head_dim = 1;
@@ -22,7 +23,10 @@ struct Layout {
   int64_t tokens_local() const { return batch * seq_local; }                       // rows M
   int64_t pos_offset() const { return static_cast<int64_t>(u_rank) * seq_local; }
   int first_head_tp() const { return tp_rank * heads_tp; }
-  // World ranks of this rank's Ulysses group (same tp_rank) and TP group (same u_rank).
+  // The world rank of (tp_rank t, u_rank u) under rank_order.
+  int rank_of(int t, int u) const { return rank_order == RankOrder::kTpInner ? u * tp + t : t * ulysses + u; }
+  // World ranks of this rank's Ulysses group (same tp_rank, by u_rank) and TP group (same
+  // u_rank, by tp_rank).
   std::vector<int> ulysses_group() const;
   std::vector<int> tp_group() const;
   std::string describe() const;  // "TP2 x Ulysses2 (rank 3: tp_rank 1, u_rank 1)"

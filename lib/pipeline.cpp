@@ -283,12 +283,13 @@ LayerTiming LayerPipeline::last_timing() {
   return t;
 }
 
-std::vector<float> dense_reference(Device& dev, LayerKernels& kernels, const Case& c, Stream& s) {
+std::vector<float> dense_reference(Device& dev, LayerKernels& kernels, const Case& c, Stream& s, int step) {
   Case dense = c;
   dense.tp = 1;
   dense.ulysses = 1;
   Layout l = make_layout(dense, 1, 0);
   HostLayerData h = generate_layer_data(dense, l);
+  if (step > 0) h.x = generate_layer_input(dense, l, step);
   LayerData d = upload_layer_data(dev, dense, l, h);
   const int64_t M = l.tokens_local(), C = l.width();
   const DType t = c.dtype;

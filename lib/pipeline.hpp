@@ -98,6 +98,7 @@ class LayerPipeline {
 
 // Dense single-rank execution of the whole layer (tp = ulysses = 1, all tokens) on
 // `dev`: the parity reference. Returns y (B, S, C) as fp32 values of the dtype.
-std::vector<float> dense_reference(Device& dev, LayerKernels& kernels, const Case& c, Stream& s);
+// `step`: the layer's inputs at that denoising step (generate_layer_input).
+std::vector<float> dense_reference(Device& dev, LayerKernels& kernels, const Case& c, Stream& s, int step = 0);
 
 }  // namespace uipc

@@ -128,6 +128,8 @@ void write_run(const h5::Group& cg, const RunResult& r) {
   g.write_attr("transport_note", r.transport_note);
   g.write_attr("projection", r.projection);
   g.write_attr("parity_pass", r.parity_pass ? 1 : 0);
+  g.write_attr("parity_kind", r.approximate ? "approximate" : "exact");
+  if (r.approximate) g.write_attr("approx_pass", r.approx_pass ? 1 : 0);
   g.write_attr("parity_max_abs", r.parity_max_abs);
   g.write_attr("parity_rel_l2", r.parity_rel_l2);
   g.write_attr("parity_finite", r.parity_finite ? 1 : 0);
@@ -158,6 +160,23 @@ void write_run(const h5::Group& cg, const RunResult& r) {
     h5::Dataset vc = g.write_dataset("v_copy_ms", {r.repeats, r.iterations, r.ranks}, r.v_copy_ms.data());
     vc.write_attr("units", "ms");
     vc.write_attr("dims", std::vector<std::string>{"repeat", "iteration", "rank"});
+  }
+
+  g.write_attr("steps", r.steps);
+  if (!r.step_max_abs.empty()) {
+    const std::vector<std::string> dims{"step"};
+    for (const auto& [name, v] : {std::make_pair("step_max_abs", &r.step_max_abs), std::make_pair("step_rel_l2", &r.step_rel_l2),
+                                  std::make_pair("step_vs_exact_max_abs", &r.step_vs_exact_max_abs),
+                                  std::make_pair("step_vs_exact_rel_l2", &r.step_vs_exact_rel_l2)}) {
+      h5::Dataset d = g.write_dataset(name, {static_cast<int64_t>(v->size())}, v->data());
+      d.write_attr("dims", dims);
+    }
+    for (const auto& [name, v] : {std::make_pair("step_inter_bytes_sent", &r.step_inter_bytes_sent),
+                                  std::make_pair("step_inter_bytes_full", &r.step_inter_bytes_full)}) {
+      h5::Dataset d = g.write_dataset(name, {static_cast<int64_t>(v->size())}, v->data());
+      d.write_attr("units", "bytes");
+      d.write_attr("dims", dims);
+    }
   }
 
   std::vector<std::vector<double>> samples = critical_path_samples(r);

@@ -36,7 +36,9 @@ struct RunResult {
   std::string schedule;
   std::string ablation;             // "" for the full design, else the ablation this run measures
   std::string projection;           // "fused" or "separate"
-  bool parity_pass = false;
+  bool parity_pass = false;         // exact parity against the dense reference (never for approximate runs)
+  bool approximate = false;         // a lossy transport (V-major): judged by approx_pass
+  bool approx_pass = false;         // approximate runs: error vs the exact run within the case's tolerance
   double parity_max_abs = 0;
   double parity_rel_l2 = 0;
   bool parity_finite = true;
@@ -57,6 +59,13 @@ struct RunResult {
   int ulysses_nodes = 1;            // nodes that rank 0's Ulysses group spans
   int hier_chunks = 0;              // token chunks per batch of hier's pipeline (0: not hier)
   int64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0;
+  // [step], of the last repeat: the output's errors against the dense reference and
+  // against the case's first exact run of the same schedule (NaN for that run itself),
+  // and the inter-node bytes of the step's first layer, all ranks together, sent and
+  // what full communication sends (hier; 0 for transports without an inter-node phase).
+  int steps = 1;
+  std::vector<double> step_max_abs, step_rel_l2, step_vs_exact_max_abs, step_vs_exact_rel_l2;
+  std::vector<int64_t> step_inter_bytes_sent, step_inter_bytes_full;
 };
 
 // Inputs, weights and output of one case, for --dump (rank 0's full tensors).

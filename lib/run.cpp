@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <limits>
+#include <map>
 
 #include "base/error.hpp"
 #include "base/rng.hpp"
@@ -51,7 +53,7 @@ std::vector<float> distribute_reference(const std::vector<float>& full, const Ca
   if (l.rank == 0) {
     sendbuf.resize(shard * static_cast<size_t>(l.world));
     for (int r = 0; r < l.world; ++r) {
-      const int64_t u = r % l.ulysses;
+      const int64_t u = make_layout(c, l.world, r).u_rank;
       for (int64_t b = 0; b < l.batch; ++b)
         std::copy_n(full.begin() + (b * S + u * Sl) * C, Sl * C, sendbuf.begin() + r * shard + b * Sl * C);
     }
@@ -120,8 +122,9 @@ std::string output_digest(Device& dev, const DeviceBuffer& y, size_t bytes, doub
   return buf;
 }
 
-// Rank 0 receives every rank's [iteration][stage] timings (and overlaps).
-void gather_timings(const std::vector<LayerTiming>& mine, int world, int repeat, int iterations, RunResult& out,
+// Rank 0 receives every rank's [iteration][stage] timings (and overlaps) of `mine`, the
+// timed layers [first, first + mine.size()) of repeat `repeat`.
+void gather_timings(const std::vector<LayerTiming>& mine, int world, int repeat, int first, RunResult& out,
                     double timeout_s) {
   std::vector<double> flat;
   for (const auto& t : mine) {
@@ -130,18 +133,37 @@ void gather_timings(const std::vector<LayerTiming>& mine, int world, int repeat,
     flat.push_back(t.v_copy_ms);
   }
   const int per = static_cast<int>(flat.size());
+  const int count = static_cast<int>(mine.size());
   std::vector<double> all(static_cast<size_t>(per) * world);
   MPI_Request req;
   UIPC_MPI_CHECK(MPI_Igather(flat.data(), per, MPI_DOUBLE, all.data(), per, MPI_DOUBLE, 0, MPI_COMM_WORLD, &req));
   wait_bounded(&req, 1, timeout_s, "the collection of timings", {});
-  for (int i = 0; i < iterations; ++i)
+  for (int i = 0; i < count; ++i)
     for (int r = 0; r < world; ++r) {
       const double* src = all.data() + static_cast<size_t>(r) * per + static_cast<size_t>(i) * (kNumStages + 2);
-      const size_t idx = (static_cast<size_t>(repeat) * iterations + i) * world + r;
+      const size_t idx = (static_cast<size_t>(repeat) * out.iterations + first + i) * world + r;
       std::copy_n(src, kNumStages, out.stage_ms.begin() + idx * kNumStages);
       out.v_overlap_ms[idx] = src[kNumStages];
       out.v_copy_ms[idx] = src[kNumStages + 1];
     }
+}
+
+// This rank's output as fp32 values of the dtype.
+std::vector<float> output_values(Device& dev, const DeviceBuffer& y, DType t, size_t n) {
+  std::vector<unsigned char> raw(n * dtype_size(t));
+  dev.copy_to_host(raw.data(), y.get(), raw.size());
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = load_as_float(t, raw.data(), i);
+  return v;
+}
+
+// The sum over all ranks (what every rank of the run sent in some phase).
+int64_t sum_over_ranks(int64_t mine, double timeout_s) {
+  int64_t all = 0;
+  MPI_Request req;
+  UIPC_MPI_CHECK(MPI_Iallreduce(&mine, &all, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD, &req));
+  wait_bounded(&req, 1, timeout_s, "the byte counts of a step", {});
+  return all;
 }
 
 // --dump stores whole tensors in the report: small cases only.
@@ -317,24 +339,40 @@ int run_deck(const RunOptions& opt) {
     TransportSetup setup{*be.device, ucomm.get(), unodes, *ucoll, [&be](MPI_Comm c) { return be.make_collectives(c); }, {}};
     setup.options.cache_capacity = opt.cache_capacity;
     setup.hier_chunks = opt.hier_chunks;
+    setup.vmajor_threshold = c.vmajor_threshold;
+    setup.row_change = [&be](Stream& s, const void* now, const void* last, DType t, int64_t rows, int64_t row_elems,
+                             double* out) { be.kernels->row_change(s, now, last, t, rows, row_elems, out); };
     setup.ce_coll = cecoll.get();
     if (!ce_unavailable.empty()) setup.ce_unavailable = ce_unavailable;
 
     HostLayerData host = generate_layer_data(c, l);
     LayerData data = upload_layer_data(*be.device, c, l, host);
-    std::vector<float> full_ref;
-    set_activity("computing the dense reference");
-    if (rank == 0) full_ref = dense_reference(*be.device, *be.kernels, c, *compute);
-    set_activity("distributing the reference");
+    const int steps = c.steps;
     const double wd = be.device->watchdog_seconds();
-    // The dense reference is serial work on rank 0: the others wait longer for it.
-    std::vector<float> ref = distribute_reference(full_ref, c, l, 20 * wd);
+    // Per denoising step: this rank's input rows, and its rows of the dense reference
+    // (serial work on rank 0: the others wait longer for it).
+    std::vector<std::vector<float>> inputs(static_cast<size_t>(steps)), refs(static_cast<size_t>(steps));
+    std::vector<float> full_ref;  // step 0's, for --dump
+    for (int t = 0; t < steps; ++t) {
+      inputs[static_cast<size_t>(t)] = t == 0 ? host.x : generate_layer_input(c, l, t);
+      std::vector<float> full;
+      set_activity("computing the dense reference");
+      if (rank == 0) full = dense_reference(*be.device, *be.kernels, c, *compute, t);
+      set_activity("distributing the reference");
+      refs[static_cast<size_t>(t)] = distribute_reference(full, c, l, 20 * wd);
+      if (t == 0) full_ref = std::move(full);
+    }
+    // Per schedule, this rank's output at every step of the case's first exact run: what
+    // an approximate (V-major) run of that schedule is measured against.
+    std::map<std::string, std::vector<std::vector<float>>> exact_out;
+    const size_t out_elems = refs[0].size();
 
     CaseResult cr;
     cr.spec = c;
     for (const auto& tname : c.transports) {
       for (const auto& [sname, ablation] : schedule_runs(c, opt, tname)) {
         Schedule sched = make_schedule(sname, c.fused_qkv);
+        const bool approx = !transport_is_exact(tname);
         TransportOptions topts = setup.options;
         topts.cache_targets = ablation != "no-target-cache";
         topts.copy_priority = ablation == "normal-priority" ? StreamPriority::kNormal : StreamPriority::kHigh;
@@ -354,7 +392,8 @@ int run_deck(const RunOptions& opt) {
         Transport* gather = nullptr;
         std::string gather_name = opt.gather;
         if (gather_name == "auto") gather_name = (be.mode == "gpu" && !be.nccl_usable) ? "ipc" : "nccl";
-        if (gather_name == "ipc" && (sel.used == "ipc" || sel.used == "vmm" || sel.used == "hier")) {
+        if (gather_name == "ipc" &&
+            (sel.used == "ipc" || sel.used == "vmm" || sel.used == "hier" || sel.used == "hier-vmajor")) {
           gather = sel.transport.get();
           gather_name = sel.used;
         } else {
@@ -374,12 +413,21 @@ int run_deck(const RunOptions& opt) {
         rr.schedule = sname;
         rr.ablation = ablation;
         rr.projection = sched.fused ? "fused" : "separate";
+        rr.approximate = approx;
         rr.repeats = c.repeats;
-        rr.iterations = c.iterations;
+        rr.iterations = c.iterations * steps;  // step-major
         rr.ranks = world;
-        rr.stage_ms.assign(static_cast<size_t>(c.repeats) * c.iterations * world * kNumStages, 0.0);
-        rr.v_overlap_ms.assign(static_cast<size_t>(c.repeats) * c.iterations * world, 0.0);
+        rr.steps = steps;
+        rr.stage_ms.assign(static_cast<size_t>(c.repeats) * rr.iterations * world * kNumStages, 0.0);
+        rr.v_overlap_ms.assign(static_cast<size_t>(c.repeats) * rr.iterations * world, 0.0);
         rr.v_copy_ms.assign(rr.v_overlap_ms.size(), -1.0);
+        for (auto* v : {&rr.step_max_abs, &rr.step_rel_l2, &rr.step_vs_exact_max_abs, &rr.step_vs_exact_rel_l2})
+          v->assign(static_cast<size_t>(steps), std::numeric_limits<double>::quiet_NaN());
+        rr.step_inter_bytes_sent.assign(static_cast<size_t>(steps), 0);
+        rr.step_inter_bytes_full.assign(static_cast<size_t>(steps), 0);
+        const bool defines_exact = !approx && exact_out.count(sname) == 0;
+        std::vector<std::vector<float>>* exact = exact_out.count(sname) ? &exact_out[sname] : nullptr;
+        if (defines_exact) exact_out[sname].resize(static_cast<size_t>(steps));
 
         set_activity("building the layer pipeline");
         const std::string run_label = sname + (ablation.empty() ? "" : "+" + ablation);
@@ -389,38 +437,85 @@ int run_deck(const RunOptions& opt) {
         const double align_spin_s = be.mode == "gpu" ? 0.05 : 0.0;
         LayerPipeline pipe(*be.device, *be.kernels, c, l, data, sched, *sel.transport, *gather, tcoll.get(), *compute,
                            popts);
+        bool pass = true;
+        Parity worst;  // over the steps, against the dense reference
         for (int rep = 0; rep < c.repeats; ++rep) {
-          for (int w = 0; w < c.warmup; ++w) {
-            set_activity("starting a warmup layer");
-            pipe.enqueue_layer();
-            compute->synchronize();
+          const bool last_rep = rep == c.repeats - 1;
+          for (int t = 0; t < steps; ++t) {
+            if (steps > 1) {  // this step's input, in place: the pipeline reads data.x
+              compute->synchronize();
+              std::vector<unsigned char> x(inputs[static_cast<size_t>(t)].size() * dtype_size(c.dtype));
+              for (size_t i = 0; i < inputs[static_cast<size_t>(t)].size(); ++i)
+                store_from_float(c.dtype, x.data(), i, inputs[static_cast<size_t>(t)][i]);
+              be.device->copy_to_device(data.x.get(), x.data(), x.size());
+            }
+            // V-major: the first steps with full communication, then selective.
+            sel.transport->set_selective(t >= c.full_steps);
+            const TransportStats before = sel.transport->stats();
+            bool first_layer = true;
+            auto count_first_layer = [&] {
+              if (!first_layer) return;
+              first_layer = false;
+              const TransportStats after = sel.transport->stats();
+              if (last_rep) {
+                rr.step_inter_bytes_sent[static_cast<size_t>(t)] =
+                    sum_over_ranks(after.inter_bytes_sent - before.inter_bytes_sent, wd);
+                rr.step_inter_bytes_full[static_cast<size_t>(t)] =
+                    sum_over_ranks(after.inter_bytes_full - before.inter_bytes_full, wd);
+              }
+            };
+            for (int w = 0; w < c.warmup; ++w) {
+              set_activity("starting a warmup layer");
+              pipe.enqueue_layer();
+              compute->synchronize();
+              count_first_layer();
+            }
+            std::vector<LayerTiming> times;
+            for (int it = 0; it < c.iterations; ++it) {
+              pipe.poison_output();
+              // Ranks start each timed layer together, so that a stage's time is the
+              // layer's own and not one rank's host delay in launching it (which every
+              // transport would otherwise pay as waiting in its first collective).
+              set_activity("at the barrier before a timed layer");
+              barrier_bounded(MPI_COMM_WORLD, wd, layer_start, align_spin_s);
+              set_activity("starting a timed layer");
+              pipe.enqueue_layer();
+              compute->synchronize();
+              times.push_back(pipe.last_timing());
+              count_first_layer();
+            }
+            set_activity("gathering the timings");
+            gather_timings(times, world, rep, t * c.iterations, rr, wd);
+            if (!last_rep) continue;
+            // The step's output: against the dense reference, and (approximate runs, or
+            // exact runs after the first) against the exact run's output of the step.
+            if (t == steps - 1) corrupt_output_for_tests(*be.device, pipe.output(), c.dtype, rank);
+            set_activity("checking parity");
+            const Parity p = check_parity(*be.device, pipe.output(), c.dtype, refs[static_cast<size_t>(t)], wd);
+            rr.step_max_abs[static_cast<size_t>(t)] = p.max_abs;
+            rr.step_rel_l2[static_cast<size_t>(t)] = p.rel_l2;
+            worst.max_abs = std::max(worst.max_abs, p.max_abs);
+            worst.rel_l2 = std::max(worst.rel_l2, p.rel_l2);
+            worst.finite = worst.finite && p.finite;
+            if (defines_exact) {
+              exact_out[sname][static_cast<size_t>(t)] = output_values(*be.device, pipe.output(), c.dtype, out_elems);
+            } else if (exact) {
+              const Parity e = check_parity(*be.device, pipe.output(), c.dtype, (*exact)[static_cast<size_t>(t)], wd);
+              rr.step_vs_exact_max_abs[static_cast<size_t>(t)] = e.max_abs;
+              rr.step_vs_exact_rel_l2[static_cast<size_t>(t)] = e.rel_l2;
+              if (approx) pass = pass && e.finite && e.rel_l2 <= c.vmajor_tol_rel_l2;
+            }
           }
-          std::vector<LayerTiming> times;
-          for (int it = 0; it < c.iterations; ++it) {
-            pipe.poison_output();
-            // Ranks start each timed layer together, so that a stage's time is the
-            // layer's own and not one rank's host delay in launching it (which every
-            // transport would otherwise pay as waiting in its first collective).
-            set_activity("at the barrier before a timed layer");
-            barrier_bounded(MPI_COMM_WORLD, wd, layer_start, align_spin_s);
-            set_activity("starting a timed layer");
-            pipe.enqueue_layer();
-            compute->synchronize();
-            times.push_back(pipe.last_timing());
-          }
-          set_activity("gathering the timings");
-          gather_timings(times, world, rep, c.iterations, rr, wd);
         }
-        corrupt_output_for_tests(*be.device, pipe.output(), c.dtype, rank);
-        set_activity("checking parity");
-        Parity p = check_parity(*be.device, pipe.output(), c.dtype, ref, wd);
-        rr.parity_max_abs = p.max_abs;
-        rr.parity_rel_l2 = p.rel_l2;
-        rr.parity_finite = p.finite;
+        rr.parity_max_abs = worst.max_abs;
+        rr.parity_rel_l2 = worst.rel_l2;
+        rr.parity_finite = worst.finite;
         rr.attention = be.attention_path();
-        rr.parity_pass = p.finite && p.max_abs <= c.tol_max_abs && p.rel_l2 <= c.tol_rel_l2;
-        rr.output_digest = output_digest(*be.device, pipe.output(), ref.size() * dtype_size(c.dtype), wd);
-        all_pass = all_pass && rr.parity_pass;
+        // An approximate run is judged by its own tolerance and never counts as an exact pass.
+        rr.parity_pass = !approx && worst.finite && worst.max_abs <= c.tol_max_abs && worst.rel_l2 <= c.tol_rel_l2;
+        rr.approx_pass = approx && pass && worst.finite;
+        rr.output_digest = output_digest(*be.device, pipe.output(), out_elems * dtype_size(c.dtype), wd);
+        all_pass = all_pass && (approx ? rr.approx_pass : rr.parity_pass);
 
         // No separate copy stream (nccl): nothing was overlapped or measured.
         if (std::all_of(rr.v_copy_ms.begin(), rr.v_copy_ms.end(), [](double v) { return v < 0; })) {
@@ -428,10 +523,10 @@ int run_deck(const RunOptions& opt) {
           rr.v_overlap_ms.clear();
         }
         TransportStats st = sel.transport->stats();
-        const int64_t layers = static_cast<int64_t>(c.repeats) * (c.warmup + c.iterations);
+        const int64_t layers = static_cast<int64_t>(c.repeats) * steps * (c.warmup + c.iterations);
         rr.handshakes_per_layer = static_cast<int>(st.handshakes / std::max<int64_t>(1, layers));
         rr.ulysses_nodes = unodes.nodes();
-        rr.hier_chunks = sel.used == "hier" ? opt.hier_chunks : 0;
+        rr.hier_chunks = sel.used == "hier" || sel.used == "hier-vmajor" ? opt.hier_chunks : 0;
         rr.cache_hits = st.cache_hits;
         rr.cache_misses = st.cache_misses;
         rr.cache_evictions = st.cache_evictions;
@@ -449,9 +544,26 @@ int run_deck(const RunOptions& opt) {
 
         std::vector<double> layer_ms;
         for (size_t i = 0; i < rr.stage_ms.size(); i += kNumStages) layer_ms.push_back(rr.stage_ms[i + kStageLayer]);
-        out.line("  %-24s %-5s%-6s %-14s parity %s (max_abs %.2e, rel_l2 %.2e)  layer median %.3f ms\n",
-                 c.name.c_str(), tname.c_str(), sel.used == tname ? "" : ("->" + sel.used).c_str(), run_label.c_str(),
-                 rr.parity_pass ? "PASS" : "FAIL", p.max_abs, p.rel_l2, rank == 0 ? percentile(layer_ms, 50) : 0.0);
+        const double median = rank == 0 ? percentile(layer_ms, 50) : 0.0;
+        const std::string used_note = sel.used == tname ? "" : "->" + sel.used;
+        if (approx) {
+          double vs = 0;
+          int64_t sent = 0, full = 0;
+          for (int t = 0; t < steps; ++t) {
+            vs = std::max(vs, rr.step_vs_exact_rel_l2[static_cast<size_t>(t)]);
+            sent += rr.step_inter_bytes_sent[static_cast<size_t>(t)];
+            full += rr.step_inter_bytes_full[static_cast<size_t>(t)];
+          }
+          out.line("  %-24s %-5s%-6s %-14s approx %s (vs exact: rel_l2 <= %.2e, tolerance %.2e; inter-node bytes "
+                   "%.1f%% of full over %d steps)  layer median %.3f ms\n",
+                   c.name.c_str(), tname.c_str(), used_note.c_str(), run_label.c_str(), rr.approx_pass ? "PASS" : "FAIL",
+                   vs, c.vmajor_tol_rel_l2,
+                   full > 0 ? 100.0 * static_cast<double>(sent) / static_cast<double>(full) : 100.0, steps, median);
+        } else {
+          out.line("  %-24s %-5s%-6s %-14s parity %s (max_abs %.2e, rel_l2 %.2e)  layer median %.3f ms\n",
+                   c.name.c_str(), tname.c_str(), used_note.c_str(), run_label.c_str(), rr.parity_pass ? "PASS" : "FAIL",
+                   worst.max_abs, worst.rel_l2, median);
+        }
         cr.runs.push_back(std::move(rr));
       }
     }

@@ -172,6 +172,17 @@ if [ $app_built -eq 1 ] && want app; then
   for twin in inputs/*-sim.h5; do  # every model family's structure (head_dim 64/72/128, norms) on the GPU
     app_run "$(basename "$twin" .h5)-np2-shared" 2 "$twin" --allow-shared-gpu --quiet
   done
+  # The hierarchical transport, ranks sharing the GPU as declared nodes (functional
+  # evidence): 2 ranks as 2 nodes of 1, 4 ranks as 2 nodes of 2; nccl, hier and V-major
+  # over 4 denoising steps, the gather over hier too. NCCL cannot run between ranks on one
+  # GPU, so hier's inter-node phase (and the nccl transport) go over MPI staged through
+  # host memory (the report's collectives = mpi); inside a node the IPC protocol runs
+  # between the ranks sharing the GPU.
+  "$APP" deck new --name hier --batch 2 --seq-len 1024 --heads 8 --head-dim 64 --ulysses 0 \
+    --transports nccl,hier,hier-vmajor --schedules baseline,v-first --warmup 1 --iterations 2 --steps 4 \
+    --full-steps 1 --step-similarity 0.99 -o "$LOG/hier.h5" >>"$APP_LOG" 2>&1
+  app_run hier-np2-shared-2x1 2 "$LOG/hier.h5" --allow-shared-gpu --ranks-per-node 1 --gather ipc
+  app_run hier-np4-shared-2x2 4 "$LOG/hier.h5" --allow-shared-gpu --ranks-per-node 2 --gather ipc
 fi
 
 # --- one rank on one GPU: every transport, schedule and ablation on a Ulysses1 FLUX 2048
@@ -206,6 +217,15 @@ if [ $app_built -eq 1 ] && want multi && [ "$NGPU" -ge 2 ]; then
       "$APP" "$deck" --mode gpu -o "$LOG/reports/multi-$name.h5" "$@"
   }
   multi_run protocol-np2 2 inputs/protocol.h5
+  # hier with NCCL between the GPUs: 2 GPUs as 2 declared nodes of 1 (and 2 x 2 on 4 GPUs),
+  # the same deck as the shared-GPU runs above, then FLUX.1-dev's Ulysses4 case over 2 x 2.
+  [ -f "$LOG/hier.h5" ] && multi_run hier-np2-2x1 2 "$LOG/hier.h5" --ranks-per-node 1 --gather ipc
+  if [ "$NGPU" -ge 4 ]; then
+    [ -f "$LOG/hier.h5" ] && multi_run hier-np4-2x2 4 "$LOG/hier.h5" --ranks-per-node 2 --gather ipc
+    "$APP" deck new --preset flux-dev-1024 --name flux-dev-1024.u4 --transports nccl,hier \
+      -o "$LOG/flux-1024-hier.h5" >>"$MULTI_LOG" 2>&1
+    multi_run flux-1024-hier-np4-2x2 4 "$LOG/flux-1024-hier.h5" --ranks-per-node 2
+  fi
   if [ "$NGPU" -lt 4 ]; then
     multi_run "protocol-np4-on-${NGPU}gpus" 4 inputs/protocol.h5 --allow-shared-gpu
   else

@@ -65,6 +65,12 @@ inline void expect_same_case(const Case& a, const Case& b) {
   EXPECT_EQ(a.tol_max_abs, b.tol_max_abs);
   EXPECT_EQ(a.tol_rel_l2, b.tol_rel_l2);
   EXPECT_EQ(a.watchdog_s, b.watchdog_s);
+  EXPECT_EQ(a.rank_order, b.rank_order);
+  EXPECT_EQ(a.steps, b.steps);
+  EXPECT_EQ(a.step_similarity, b.step_similarity);
+  EXPECT_EQ(a.full_steps, b.full_steps);
+  EXPECT_EQ(a.vmajor_threshold, b.vmajor_threshold);
+  EXPECT_EQ(a.vmajor_tol_rel_l2, b.vmajor_tol_rel_l2);
 }
 
 }  // namespace uipc::testing

@@ -484,5 +484,40 @@ TEST_F(CudaKernelsTest, ConvertFromF32BitExact) {
   }
 }
 
+// ---------------------------------------------------------------- V-major's comparison
+
+// Per row: sum (now - last)^2 and sum last^2, in fp64, against the float64 sums of the
+// same stored values on the host (rows wider and narrower than a thread block).
+TEST_F(CudaKernelsTest, RowChangeMatchesFloat64Sums) {
+  auto k = make_cuda_kernels();
+  for (DType dt : kAllTypes) {
+    for (int64_t row_elems : {int64_t{3}, int64_t{128}, int64_t{3072}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " row " + std::to_string(row_elems));
+      const int64_t rows = 37;
+      HostTensor now(dt, static_cast<size_t>(rows * row_elems)), last(dt, static_cast<size_t>(rows * row_elems));
+      fill(now, -1, 1);
+      fill(last, -1, 1);
+      for (int64_t e = 0; e < row_elems; ++e) now.set(static_cast<size_t>(5 * row_elems + e), last.get(5 * row_elems + e));
+      auto dn = upload(now), dl = upload(last);
+      auto dout = dev_->alloc(static_cast<size_t>(2 * rows) * sizeof(double));
+      k->row_change(*stream_, dn.get(), dl.get(), dt, rows, row_elems, dout.as<double>());
+      stream_->synchronize();
+      std::vector<double> got(static_cast<size_t>(2 * rows));
+      dev_->copy_to_host(got.data(), dout.get(), got.size() * sizeof(double));
+      for (int64_t r = 0; r < rows; ++r) {
+        double d2 = 0, l2 = 0;
+        for (int64_t e = r * row_elems; e < (r + 1) * row_elems; ++e) {
+          const double a = now.get(static_cast<size_t>(e)), b = last.get(static_cast<size_t>(e));
+          d2 += (a - b) * (a - b);
+          l2 += b * b;
+        }
+        EXPECT_NEAR(got[static_cast<size_t>(2 * r)], d2, 1e-12 * (1 + d2)) << "row " << r;
+        EXPECT_NEAR(got[static_cast<size_t>(2 * r + 1)], l2, 1e-12 * (1 + l2)) << "row " << r;
+      }
+      EXPECT_EQ(got[10], 0.0) << "an unchanged row has no change";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace uipc

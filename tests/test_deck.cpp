@@ -215,6 +215,12 @@ Case all_non_default(const std::string& name, int variant) {
   c.tol_max_abs = 3.5e-3;
   c.tol_rel_l2 = 7.25e-4;
   c.watchdog_s = 12.5;
+  c.rank_order = variant == 0 ? uipc::RankOrder::kTpInner : uipc::RankOrder::kTpOuter;
+  c.steps = 4 + variant;
+  c.step_similarity = 0.96;
+  c.full_steps = 2;
+  c.vmajor_threshold = 0.0625;
+  c.vmajor_tol_rel_l2 = 0.125;
   return c;
 }
 
@@ -458,6 +464,27 @@ TEST(DeckErrors, NonPositiveAndAbsurdSizes) {
   a["batch"] = int64_t{1024};
   a["seq_len"] = int64_t{4194304};  // each in bounds, the product is absurd
   expect_bad_case(a, {"elements per tensor"});
+  // The multi-step and V-major fields.
+  for (const auto& [field, value] : std::vector<std::pair<std::string, double>>{
+           {"steps", 0}, {"steps", 1001}, {"step_similarity", 0.25}, {"step_similarity", 1.5},
+           {"vmajor_threshold", -0.1}, {"vmajor_threshold", 11}, {"vmajor_tol_rel_l2", 0}}) {
+    a = good_case();
+    if (field == "steps")
+      a[field] = static_cast<int64_t>(value);
+    else
+      a[field] = value;
+    expect_bad_case(a, {field + ":"});
+  }
+  a = good_case();
+  a["steps"] = int64_t{3};
+  a["full_steps"] = int64_t{4};  // more full steps than steps
+  expect_bad_case(a, {"full_steps:"});
+  a = good_case();
+  a["rank_order"] = std::string("diagonal");
+  expect_bad_case(a, {"rank_order", "unknown value 'diagonal'"});
+  a = good_case();
+  a["transports"] = std::vector<std::string>{"hier-vmajor", "nccl"};  // approximate before any exact one
+  expect_bad_case(a, {"transports", "approximate"});
 }
 
 TEST(DeckErrors, Divisibility) {

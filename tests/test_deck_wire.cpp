@@ -55,7 +55,7 @@ Case all_non_default(const std::string& name, int variant) {
   c.fused_qkv = false;
   c.ulysses = 4;
   c.tp = variant ? 2 : 1;
-  c.transports = {"ipc", "nccl-ce"};
+  c.transports = {"ipc", "nccl-ce", "hier-vmajor"};
   c.schedules = {"v-first-split", "baseline"};
   c.ablations = {"no-target-cache", "own-slice-copy"};
   c.warmup = 7;
@@ -65,6 +65,12 @@ Case all_non_default(const std::string& name, int variant) {
   c.tol_max_abs = 0.125;
   c.tol_rel_l2 = 1e-7;
   c.watchdog_s = 12.5;
+  c.rank_order = uipc::RankOrder::kTpInner;
+  c.steps = 9;
+  c.step_similarity = 0.9375;
+  c.full_steps = 3;
+  c.vmajor_threshold = 0.03125;
+  c.vmajor_tol_rel_l2 = 0.25;
   return c;
 }
 
@@ -92,6 +98,12 @@ void expect_every_field_differs_from_default(const Case& c) {
   EXPECT_NE(c.tol_max_abs, d.tol_max_abs);
   EXPECT_NE(c.tol_rel_l2, d.tol_rel_l2);
   EXPECT_NE(c.watchdog_s, d.watchdog_s);
+  EXPECT_NE(c.rank_order, d.rank_order);
+  EXPECT_NE(c.steps, d.steps);
+  EXPECT_NE(c.step_similarity, d.step_similarity);
+  EXPECT_NE(c.full_steps, d.full_steps);
+  EXPECT_NE(c.vmajor_threshold, d.vmajor_threshold);
+  EXPECT_NE(c.vmajor_tol_rel_l2, d.vmajor_tol_rel_l2);
 }
 
 

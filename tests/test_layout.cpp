@@ -72,6 +72,26 @@ INSTANTIATE_TEST_SUITE_P(Layouts, LayoutTest,
                            return "U" + std::to_string(info.param.ulysses) + "TP" + std::to_string(info.param.tp);
                          });
 
+// tp_inner (docs/math.md): rank = u_rank*tp + tp_rank, so TP groups are consecutive
+// ranks (inside a node) and a Ulysses group strides over the nodes; shards and heads
+// are the same functions of (tp_rank, u_rank) as with tp_outer.
+TEST(Layout, TpInnerKeepsTpGroupsConsecutive) {
+  Case c = make_case(8, 64, 2, 2);
+  c.rank_order = RankOrder::kTpInner;
+  for (int r = 0; r < 4; ++r) {
+    Layout l = make_layout(c, 4, r);
+    EXPECT_EQ(l.tp_rank, r % 2);
+    EXPECT_EQ(l.u_rank, r / 2);
+    EXPECT_EQ(l.tp_group(), (std::vector<int>{r / 2 * 2, r / 2 * 2 + 1}));
+    EXPECT_EQ(l.ulysses_group(), (std::vector<int>{r % 2, r % 2 + 2}));
+    EXPECT_EQ(l.rank_of(l.tp_rank, l.u_rank), r);
+    EXPECT_EQ(l.pos_offset(), l.u_rank * 32);
+    EXPECT_EQ(l.first_head_tp(), l.tp_rank * 4);
+  }
+  c.rank_order = RankOrder::kTpOuter;
+  EXPECT_EQ(make_layout(c, 4, 1).ulysses_group(), (std::vector<int>{0, 1}));
+}
+
 TEST(Layout, ZeroUlyssesMeansAllRanksOverTp) {
   Case c = make_case(8, 64, 0, 2);
   Layout l = make_layout(c, 8, 5);

@@ -28,6 +28,7 @@
 #include "comm/host_device.hpp"
 #include "comm/nodes.hpp"
 #include "comm/transport.hpp"
+#include "kernels/kernels.hpp"
 
 using namespace uipc;
 
@@ -64,6 +65,7 @@ struct Fixture {
   std::unique_ptr<Collectives> coll;
   NodeLayout nodes;  // of the world: the host's one shared-memory node
   NodeLayout hier_nodes;  // the declared nodes of a hier transport made here
+  std::unique_ptr<LayerKernels> kernels = make_host_kernels();  // V-major's row_change
   Fixture(double watchdog = 20.0) {
     dev = make_host_device(world_rank());
     dev->set_watchdog_seconds(watchdog);
@@ -75,6 +77,8 @@ struct Fixture {
     TransportSetup st{*dev, MPI_COMM_WORLD, layout, *coll,
                       [this](MPI_Comm c) { return make_mpi_collectives(c, *dev); }, {}};
     st.hier_chunks = chunks;
+    st.row_change = [this](Stream& s, const void* now, const void* last, DType t, int64_t rows, int64_t row_elems,
+                           double* out) { kernels->row_change(s, now, last, t, rows, row_elems, out); };
     return st;
   }
   // "hier": 2 declared nodes (P/2 ranks each; one node at 1 rank, where hier is ipc);
@@ -866,6 +870,90 @@ TEST(HierTransport, AnAbsentPeerOnEitherSideOfTheLinkIsNamed) {
     }
   }
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// V-major: after a full step, a step whose even chunks barely changed (relative 1e-4,
+// under the threshold 0.1) and whose odd chunks changed completely: the odd blocks
+// arrive, the receivers keep the even blocks of the other node as they were, the own
+// node's tokens are always exact, and only about half the bytes cross. The same step
+// again sends nothing but the masks; a full step is exact again.
+TEST(HierTransport, VMajorSkipsBlocksThatBarelyChangedAndReceiversKeepThem) {
+  const int P = world_size(), me = world_rank();
+  if (P < 2) GTEST_SKIP() << "needs 2 ranks or more (2 nodes)";
+  Fixture f;
+  const int L = P / 2, K = 2;
+  NodeLayout nodes = discover_nodes(MPI_COMM_WORLD, L, 20);
+  TransportSetup st = f.setup(nodes, K);
+  SelectedTransport sel = select_transport("hier-vmajor", st);
+  ASSERT_EQ(sel.used, "hier-vmajor") << sel.fallback_reason;
+  Transport& tr = *sel.transport;
+  ExchangeShape s{1, 4, 2 * P, 8, DType::kFP32};
+  const int64_t LS = L * s.seq_local, hl = s.heads / P, S = s.seq_local * P;
+  const uint64_t seed = shared_seed();
+  auto base = [&](int64_t sg, int64_t h, int64_t d, uint64_t which) {
+    return uniform_pm1(seed, which, static_cast<uint64_t>((sg * s.heads + h) * s.head_dim + d));
+  };
+  auto even_chunk = [&](int64_t sg) { return ((sg % LS) / (LS / K)) % 2 == 0; };
+  // step 0: A; step 1: even chunks A*(1 + 1e-4), odd chunks fresh values
+  auto value = [&](int step, int64_t sg, int64_t h, int64_t d) {
+    const float a = base(sg, h, d, 1);
+    if (step == 0) return a;
+    return even_chunk(sg) ? a * (1.0f + 1e-4f) : base(sg, h, d, 2);
+  };
+  auto source = [&](int step) {
+    std::vector<float> v(static_cast<size_t>(s.seq_local * s.heads * s.head_dim));
+    for (int64_t t = 0; t < s.seq_local; ++t)
+      for (int64_t h = 0; h < s.heads; ++h)
+        for (int64_t d = 0; d < s.head_dim; ++d)
+          v[static_cast<size_t>((t * s.heads + h) * s.head_dim + d)] = value(step, me * s.seq_local + t, h, d);
+    DeviceBuffer b = f.dev->alloc(v.size() * 4);
+    f.dev->copy_to_device(b.get(), v.data(), v.size() * 4);
+    return b;
+  };
+  // What rank `me` holds: its heads of every token; remote even chunks as `kept` says.
+  auto expected = [&](int step, bool kept) {
+    std::vector<float> v(static_cast<size_t>(S * hl * s.head_dim));
+    for (int64_t sg = 0; sg < S; ++sg) {
+      const bool remote = sg / LS != me / L;
+      const int use = remote && kept && even_chunk(sg) ? 0 : step;
+      for (int64_t h = 0; h < hl; ++h)
+        for (int64_t d = 0; d < s.head_dim; ++d)
+          v[static_cast<size_t>((sg * hl + h) * s.head_dim + d)] = value(use, sg, me * hl + h, d);
+    }
+    return v;
+  };
+  auto run = [&](int step, bool selective) {
+    tr.set_selective(selective);
+    DeviceBuffer b = source(step);
+    const TransportStats before = tr.stats();
+    auto e = tr.submit(Submission{Tag::kV, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
+    e->wait(*f.compute);
+    f.compute->synchronize();
+    std::vector<float> got(static_cast<size_t>(S * hl * s.head_dim));
+    f.dev->copy_to_host(got.data(), e->data(), got.size() * 4);
+    tr.release(*f.compute);
+    f.compute->synchronize();
+    const TransportStats after = tr.stats();
+    return std::make_tuple(got, after.inter_bytes_sent - before.inter_bytes_sent,
+                           after.inter_bytes_full - before.inter_bytes_full);
+  };
+  const int64_t full = LS * hl * s.head_dim * 4, masks = K;  // to the one remote node
+  auto [g0, sent0, full0] = run(0, false);
+  EXPECT_EQ(g0, expected(0, false));
+  EXPECT_EQ(full0, full);
+  EXPECT_EQ(sent0, full + masks);
+  auto [g1, sent1, full1] = run(1, true);
+  EXPECT_EQ(g1, expected(1, true)) << "odd blocks new, remote even blocks kept from step 0";
+  EXPECT_EQ(sent1, full / 2 + masks);
+  EXPECT_EQ(full1, full);
+  auto [g2, sent2, full2] = run(1, true);
+  EXPECT_EQ(g2, expected(1, true));
+  EXPECT_EQ(sent2, masks) << "nothing changed since last sent";
+  auto [g3, sent3, full3] = run(1, false);
+  EXPECT_EQ(g3, expected(1, false)) << "full communication is exact";
+  EXPECT_EQ(sent3, full + masks);
+  EXPECT_NE(expected(1, true), expected(1, false)) << "the test must see the kept blocks";
+  f.finish(tr);
 }
 
 TEST(FdExchange, PassesDescriptorsBetweenEveryPairOfRanks) {

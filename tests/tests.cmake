@@ -4,7 +4,7 @@ ulysses_add_test(test_kernels SOURCES test_kernels.cpp LIBS ulysses_kernels LABE
 ulysses_add_test(test_host_device SOURCES test_host_device.cpp LIBS ulysses_device LABELS unit)
 ulysses_add_test(test_host_device_mpi SOURCES test_host_device.cpp LIBS ulysses_device LABELS unit NP 2 4)
 ulysses_add_test(test_layout SOURCES test_layout.cpp LIBS ulysses_lib LABELS unit)
-ulysses_add_test(test_transport SOURCES test_transport.cpp LIBS ulysses_comm LABELS protocol NP 1 2 4)
+ulysses_add_test(test_transport SOURCES test_transport.cpp LIBS ulysses_comm ulysses_kernels LABELS protocol NP 1 2 4)
 ulysses_add_test(test_deck SOURCES test_deck.cpp LIBS ulysses_lib ${HDF5_C_LIBRARIES} LABELS unit)
 target_include_directories(test_deck PRIVATE ${HDF5_INCLUDE_DIRS})
 ulysses_add_test(test_report SOURCES test_report.cpp LIBS ulysses_lib ${HDF5_C_LIBRARIES} LABELS unit)

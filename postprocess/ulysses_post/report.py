@@ -122,6 +122,10 @@ class Run:
     stage_ms: np.ndarray  # (repeats, iterations, ranks, 7)
     v_overlap_ms: np.ndarray | None  # (repeats, iterations, ranks), or None when not measured
     ablation: str = ""  # "" for the full design, else what this run switches off
+    # An approximate run (V-major): judged by approx_pass against its own tolerance, never
+    # an exact parity pass (parity_pass is 0).
+    approximate: bool = False
+    approx_pass: bool = False
     median_ms: np.ndarray = field(init=False)  # (7,), critical path over ranks
     p10_ms: np.ndarray = field(init=False)
     p90_ms: np.ndarray = field(init=False)
@@ -270,7 +274,12 @@ def _read_run(path: str, case: str, tolerances: tuple[float, float], g: h5py.Gro
               parity_finite=bool(r.integer("parity_finite")), parity_max_abs=r.number("parity_max_abs"),
               parity_rel_l2=r.number("parity_rel_l2"), scatter_bytes_per_rank=r.integer("scatter_bytes_per_rank"),
               scatter_bandwidth_gbs=r.number("scatter_bandwidth_gbs"), stage_ms=stage_ms, v_overlap_ms=overlap,
-              ablation=r.text("ablation", ""))
+              ablation=r.text("ablation", ""), approximate=r.text("parity_kind", "exact") == "approximate")
+    if run.approximate:
+        run.approx_pass = bool(r.integer("approx_pass"))
+        if run.parity_pass:
+            raise r.fail("parity_pass = 1 on an approximate run: the report is inconsistent")
+        return run
 
     for name, computed in (("median_ms", run.median_ms), ("p10_ms", run.p10_ms), ("p90_ms", run.p90_ms)):
         _check_close(r, name, r.floats(name, len(STAGES)), computed)

@@ -25,7 +25,10 @@ def _transport(run: Run) -> str:
 
 
 def _parity(run: Run) -> str:
-    verdict = "PASS" if run.parity_pass else "FAIL"
+    if run.approximate:  # judged by its own tolerance, never an exact pass
+        verdict = "approx " + ("PASS" if run.approx_pass else "FAIL")
+    else:
+        verdict = "PASS" if run.parity_pass else "FAIL"
     return verdict if run.parity_finite else verdict + " (non-finite)"
 
 

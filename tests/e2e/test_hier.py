@@ -9,6 +9,7 @@ import subprocess
 import time
 
 import h5py
+import numpy as np
 import pytest
 
 from conftest import mpi_env, shm_entries
@@ -29,7 +30,7 @@ def hier_deck(app, path, ulysses, batch=2, seq_len=96):
               iterations=2)
 
 
-@pytest.mark.parametrize("np_,per_node", [(2, 1), (4, 2), (4, 1)])
+@pytest.mark.parametrize("np_,per_node", [(2, 1), (4, 2), (4, 1), (8, 4)])
 @pytest.mark.parametrize("gather", ["auto", "ipc"])
 def test_hier_is_bit_identical_to_nccl_across_declared_nodes(app, run, tmp_path, np_, per_node, gather):
     before = shm_entries()
@@ -61,6 +62,80 @@ def test_hier_is_bit_identical_to_nccl_across_declared_nodes(app, run, tmp_path,
     for sched, d in digests.items():
         assert d["hier"] == d["nccl"] == d["ipc"], (sched, d)  # bit-identical outputs
     assert shm_entries() <= before, "shared memory left behind"
+
+
+def test_tp_inside_a_node_with_ulysses_across_nodes(app, run, tmp_path):
+    """TP2 x Ulysses2 with rank_order tp_inner on 2 nodes x 2: the TP pairs {0,1} and {2,3}
+    stay inside a node, each Ulysses group {0,2}, {1,3} spans both: hier carries it."""
+    deck = tmp_path / "t.h5"
+    make_deck(app, deck, batch=1, seq_len=64, heads=8, head_dim=16, dtype="bf16", ulysses=2, tp=2,
+              rank_order="tp_inner", transports="nccl,hier", schedules="v-first", warmup=1, iterations=2)
+    report = tmp_path / "r.h5"
+    p = run(4, str(deck), "-o", str(report), "--ranks-per-node", "2", "--gather", "ipc")
+    assert p.returncode == 0, p.stderr + p.stdout
+    digests = {}
+    for _, _, a in runs_of(report):
+        assert a["parity_pass"] == 1, a
+        assert a["ulysses_nodes"] == 2
+        digests[a["transport"]] = a["output_digest"]
+        if a["transport"] == "hier":
+            assert a["transport_used"] == "hier" and a["gather_transport"] == "hier", a
+    assert digests["hier"] == digests["nccl"]
+
+
+def vmajor_deck(app, path, **over):
+    fields = dict(batch=1, seq_len=256, heads=8, head_dim=32, dtype="bf16", ulysses=0,
+                  transports="nccl,hier,hier-vmajor", schedules="v-first", warmup=0, iterations=1, steps=6,
+                  full_steps=2, step_similarity=0.99, vmajor_threshold=0.1)
+    fields.update(over)
+    make_deck(app, path, **fields)
+
+
+def step_data(report, run):
+    with h5py.File(report, "r") as f:
+        g = f["cases/t"][run]
+        return {k: g[k][...] for k in ("step_vs_exact_rel_l2", "step_vs_exact_max_abs", "step_rel_l2",
+                                        "step_inter_bytes_sent", "step_inter_bytes_full")}
+
+
+@pytest.mark.parametrize("np_,per_node", [(4, 2), (8, 4)])
+def test_vmajor_saves_inter_node_bytes_within_its_own_tolerance(app, run, tmp_path, np_, per_node):
+    """Multi-step deck: the first 2 steps with full communication are exact; later steps
+    skip V blocks that barely changed, sending fewer inter-node bytes, with an error
+    against the exact run of the same step that is not zero but within the case's
+    tolerance; reported as approximate, never as an exact parity pass."""
+    deck = tmp_path / "v.h5"
+    vmajor_deck(app, deck)
+    report = tmp_path / "r.h5"
+    p = run(np_, str(deck), "-o", str(report), "--ranks-per-node", str(per_node), "--hier-chunks", "8")
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert "approx PASS" in p.stdout
+    runs = {name: a for _, name, a in runs_of(report)}
+    exact, vm = runs["hier.v-first"], runs["hier-vmajor.v-first"]
+    assert exact["parity_kind"] == "exact" and exact["parity_pass"] == 1
+    assert vm["parity_kind"] == "approximate" and vm["parity_pass"] == 0 and vm["approx_pass"] == 1
+    assert vm["transport_used"] == "hier-vmajor" and vm["steps"] == 6
+    assert exact["output_digest"] == runs["nccl.v-first"]["output_digest"]
+    e, v = step_data(report, "hier.v-first"), step_data(report, "hier-vmajor.v-first")
+    assert np.all(e["step_vs_exact_max_abs"] == 0), e  # exact transports: bit-identical at every step
+    assert np.all(e["step_inter_bytes_sent"] == e["step_inter_bytes_full"]) and np.all(e["step_inter_bytes_full"] > 0)
+    assert np.all(v["step_vs_exact_max_abs"][:2] == 0), v  # full communication: exact
+    assert np.all(v["step_inter_bytes_sent"][:2] >= v["step_inter_bytes_full"][:2])  # + the masks
+    assert v["step_inter_bytes_sent"][2:].sum() < v["step_inter_bytes_full"][2:].sum(), v
+    assert v["step_vs_exact_rel_l2"][2:].max() > 0, "nothing skipped: the test would not see V-major"
+    assert np.all(v["step_vs_exact_rel_l2"] <= 0.05)
+
+
+def test_vmajor_beyond_its_tolerance_fails_the_run(app, run, tmp_path):
+    deck = tmp_path / "v.h5"
+    vmajor_deck(app, deck, vmajor_tol_rel_l2=1e-9)
+    report = tmp_path / "r.h5"
+    p = run(4, str(deck), "-o", str(report), "--ranks-per-node", "2", "--hier-chunks", "8")
+    assert p.returncode == 1, p.stderr + p.stdout
+    assert "approx FAIL" in p.stdout
+    runs = {name: a for _, name, a in runs_of(report)}
+    assert runs["hier-vmajor.v-first"]["approx_pass"] == 0
+    assert runs["hier.v-first"]["parity_pass"] == 1
 
 
 def test_hier_on_one_node_is_the_ipc_transport(app, run, tmp_path):
