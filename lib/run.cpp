@@ -13,7 +13,9 @@
 #include <ctime>
 #include <limits>
 #include <map>
+#include <optional>
 
+#include "api/internal.hpp"
 #include "base/error.hpp"
 #include "base/rng.hpp"
 #include "git_rev.h"
@@ -383,12 +385,14 @@ int run_deck(const RunOptions& opt) {
         set_activity("selecting the scatter transport");
         TransportSetup run_setup = setup;
         run_setup.options = topts;
-        SelectedTransport sel = select_transport(tname, run_setup);
+        // Through the public API (include/ulysses_ipc), as an engine of one's own would.
+        ulysses_ipc::Communicator scatter = ulysses_ipc::internal::open(tname, run_setup);
+        const SelectedTransport& sel = ulysses_ipc::internal::selected(scatter);
         // The output gather: NCCL (the seed measured it faster) unless asked otherwise or
         // unusable; IPC reuses the scatter's transport when that is ipc, vmm or hier (the
         // same protocol; hier's gather is its hierarchical path backwards), and the report
         // then names the one that carried it.
-        std::unique_ptr<Transport> own_gather;
+        std::optional<ulysses_ipc::Communicator> own_gather;
         Transport* gather = nullptr;
         std::string gather_name = opt.gather;
         if (gather_name == "auto") gather_name = (be.mode == "gpu" && !be.nccl_usable) ? "ipc" : "nccl";
@@ -397,10 +401,9 @@ int run_deck(const RunOptions& opt) {
           gather = sel.transport.get();
           gather_name = sel.used;
         } else {
-          SelectedTransport g = select_transport(gather_name, setup);
-          gather_name = g.used;
-          own_gather = std::move(g.transport);
-          gather = own_gather.get();
+          own_gather = ulysses_ipc::internal::open(gather_name, setup);
+          gather_name = own_gather->transport();
+          gather = &ulysses_ipc::internal::transport(*own_gather);
         }
 
         RunResult rr;
@@ -538,7 +541,7 @@ int run_deck(const RunOptions& opt) {
         // Importers close before exporters free.
         compute->synchronize();
         sel.transport->close_peer_mappings();
-        if (own_gather) own_gather->close_peer_mappings();
+        if (own_gather) ulysses_ipc::internal::transport(*own_gather).close_peer_mappings();
         set_activity("at the barrier ending a run");
         barrier_bounded(MPI_COMM_WORLD, be.device->watchdog_seconds(), "the end of run " + tname + "/" + run_label);
 

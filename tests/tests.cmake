@@ -52,3 +52,10 @@ target_compile_definitions(test_deck_wire PRIVATE ULYSSES_SOURCE_DIR="${PROJECT_
 # structured mode; `scripts/fuzz.sh --long` is the hour-long one on demand.
 add_test(NAME deck_fuzz COMMAND ${PROJECT_SOURCE_DIR}/scripts/fuzz.sh)
 set_tests_properties(deck_fuzz PROPERTIES LABELS "fuzz" TIMEOUT 900 ENVIRONMENT "FUZZ_SECONDS=60")
+
+# The library as a user gets it: cmake --install into a fresh prefix, examples/engine
+# built against the installed package as a project of its own, its scatter and gather
+# checked at 2 ranks over ipc, vmm, nccl and nccl-ce, and at 4 ranks as 2 declared nodes
+# over hier (tests/install_example.sh).
+add_test(NAME install_example COMMAND ${PROJECT_SOURCE_DIR}/tests/install_example.sh ${PROJECT_BINARY_DIR})
+set_tests_properties(install_example PROPERTIES LABELS "install;mpi" TIMEOUT 900 ENVIRONMENT "${ULYSSES_TEST_ENV}")
