@@ -30,7 +30,7 @@ namespace {
 volatile std::sig_atomic_t g_finishing = 0;
 volatile std::sig_atomic_t g_exit_code = 0;
 
-extern "C" void on_signal(int /*sig*/) {
+extern "C" void on_signal(int sig) {
   if (g_finishing) _exit(g_exit_code);
   uipc::host_unlink_all_shm();
   uipc::remove_partial_report();
@@ -48,10 +48,14 @@ extern "C" void on_signal(int /*sig*/) {
   while (d > 0 && n < sizeof(line) - 1) line[n++] = digits[--d];
   put(" interrupted (while ");
   put(uipc::current_activity());
-  put("); no report written\n");
+  put("); no report written (");
+  put(sig == SIGINT ? "SIGINT" : "SIGTERM");
+  put(")\n");
   ssize_t ignored = write(STDERR_FILENO, line, n);
   (void)ignored;
-  _exit(uipc::kExitInterrupted);
+  // 128 + the signal, as a shell reports a process the signal ended: mpirun and srun
+  // pass it on when a rank is signalled (README.md, "Exit codes").
+  _exit(uipc::kExitSignalBase + sig);
 }
 
 // The run's command line: every option once, with its default, check and help. Add an
@@ -105,14 +109,15 @@ void declare_run_options(CLI::App& app, uipc::RunOptions& o) {
       ->check(one_of({"none", "own-slice-copy", "no-pitched-copies", "no-grouped-handshake", "normal-priority",
                       "no-target-cache"}));
   app.add_flag("--allow-shared-gpu", o.backend.allow_shared_gpu, "let several ranks share a GPU (functional testing)");
-  app.add_flag("--dump", o.dump, "store inputs, weights and the reference output of each case (up to 16M elements of x)");
+  app.add_flag("--dump", o.dump, "store inputs, weights and the reference output of each case (x up to 16M elements)");
   app.add_flag("--quiet", o.quiet, "print errors only");
 }
 
 const char* const kRunFooter =
     "Decks: ulysses-ipc deck new|show|presets|help (serial, no mpirun; ulysses-ipc deck --help).\n"
-    "Exit codes: 0 ok, 1 parity failed, 2 bad input, 3 runtime failure, 4 a peer did not arrive\n"
-    "within the watchdog, 130 interrupted (README.md, 'Exit codes', gives them through mpirun).";
+    "Exit codes: 0 ok, 2 bad input, 3 runtime failure, 4 a peer did not arrive within the watchdog,\n"
+    "5 parity failed, 130/143 interrupted by SIGINT/SIGTERM; through mpirun, 1 means mpirun itself\n"
+    "gave up (it was signalled, or could not launch): README.md, 'Exit codes'.";
 
 // Returns false when the program should exit 0 at once (help, version). Every rank
 // parses the same words alike; only rank 0 prints.
@@ -133,15 +138,19 @@ bool parse_args(int argc, char** argv, uipc::RunOptions& o, int rank) {
   return false;
 }
 
-// Under Slurm, a plain srun without PMIx can start every task as rank 0 of 1.
+// Under Slurm, an srun whose MPI plugin the MPI library cannot talk to (no --mpi=pmix)
+// can start every task as rank 0 of a world of 1: N copies of a 1-rank run. Only that is
+// an error: under mpirun inside a job, the ranks see the step of mpirun's daemons (one
+// task per node), which says nothing about the MPI world.
 void check_slurm_world(int world) {
-  const char* n = std::getenv("SLURM_NTASKS");
-  const char* step = std::getenv("SLURM_STEP_ID");
-  if (!n || !step) return;  // not inside a job step
-  int tasks = std::atoi(n);
-  if (tasks > 0 && tasks != world)
-    throw uipc::InputError("SLURM_NTASKS is " + std::to_string(tasks) + " but MPI sees " + std::to_string(world) +
-                           " rank(s): start with mpirun, or srun --mpi=pmix (see jobscripts/README.md)");
+  const char* tasks_env = std::getenv("SLURM_STEP_NUM_TASKS");
+  if (!tasks_env) tasks_env = std::getenv("SLURM_NTASKS");
+  if (!tasks_env || !std::getenv("SLURM_STEP_ID")) return;  // not inside a job step
+  const int tasks = std::atoi(tasks_env);
+  if (world == 1 && tasks > 1)
+    throw uipc::InputError("this Slurm step has " + std::to_string(tasks) +
+                           " tasks but MPI sees a world of 1 rank: each task started alone. Launch with "
+                           "srun --mpi=pmix, or mpirun inside the job (see jobscripts/README.md)");
 }
 
 }  // namespace

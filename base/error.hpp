@@ -10,14 +10,16 @@
 
 namespace uipc {
 
-// Exit codes of the ulysses-ipc program (documented in README.md, "Exit codes").
+// Exit codes of the ulysses-ipc program (documented in README.md, "Exit codes", with
+// what mpirun and srun return for each). None is 1: that is what mpirun returns when it
+// gives up itself (a signal to mpirun, a failed launch), whatever the ranks said.
 enum ExitCode : int {
   kExitOk = 0,
-  kExitParityFailed = 1,  // the run completed, some case failed parity
   kExitBadInput = 2,      // bad command line, deck, or layout for this world
   kExitRuntime = 3,       // device, transport, MPI or HDF5 failure
   kExitPeerTimeout = 4,   // the watchdog fired: a peer did not arrive in time
-  kExitInterrupted = 130, // SIGINT / SIGTERM
+  kExitParityFailed = 5,  // the run completed, some case failed parity
+  kExitSignalBase = 128,  // + the signal: 130 SIGINT, 143 SIGTERM (the shells' convention)
 };
 
 // Base of every error the project throws on purpose; carries the exit code.

@@ -55,7 +55,8 @@ export PYTHONPATH=$ROOT/postprocess${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p "$OUTDIR"
 echo "run-local.sh: $GPUS GPU(s) seen, $NP rank(s), mode $MODE, deck $DECK, report $REPORT"
 
-# The app's exit code: 0 ok, 1 parity failed (the report is still written), else no report.
+# The app's exit code, which mpirun passes on: 0 ok, 5 parity failed (the report is still
+# written), else no report; 1 is mpirun's own (README.md, "Exit codes").
 rc=0
 mpirun "${MPIRUN_OPTS[@]}" "$APP" "$DECK" -o "$REPORT" --mode "$MODE" "$@" || rc=$?
 if [[ -f $REPORT ]]; then

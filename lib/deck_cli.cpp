@@ -285,7 +285,8 @@ uint64_t parse_u64(const std::string& v) { return parse_integer<uint64_t>(v, "a 
 double parse_f64(const std::string& v) {
   char* end = nullptr;
   double x = v.empty() ? 0 : std::strtod(v.c_str(), &end);
-  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(x)) throw BadValue("'" + v + "' is not a finite number");
+  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(x))
+    throw BadValue("'" + v + "' is not a finite number");
   return x;
 }
 
@@ -364,7 +365,8 @@ const std::vector<FieldOption>& field_options() {
        [](Case& c, const std::string& v) { c.iterations = parse_int(v); }},
       {"--repeats", "R", "repeats of warmup + iterations (1..1000)",
        [](Case& c, const std::string& v) { c.repeats = parse_int(v); }},
-      {"--seed", "S", "seed of inputs and weights (0..2^64-1)", [](Case& c, const std::string& v) { c.seed = parse_u64(v); }},
+      {"--seed", "S", "seed of inputs and weights (0..2^64-1)",
+       [](Case& c, const std::string& v) { c.seed = parse_u64(v); }},
       {"--tol-max-abs", "X", "parity tolerance, max |y - y_ref| (> 0)",
        [](Case& c, const std::string& v) { c.tol_max_abs = parse_f64(v); }},
       {"--tol-rel-l2", "X", "parity tolerance, ||y - y_ref|| / ||y_ref|| (> 0)",

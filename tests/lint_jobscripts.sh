@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Lints every shell script users run: `bash -n` (syntax) and shellcheck (every finding,
 # style included) over jobscripts/*.sh, jobscripts/*.sbatch, scripts/*.sh, inputs/*.sh,
-# tests/*.sh (this one) and .ci/run. Exits 1 naming each script with a finding, and 2
-# when the shellcheck program is missing.
+# tests/*.sh (this one), tests/*/*.sh and .ci/run. Exits 1 naming each script with a
+# finding, and 2 when the shellcheck program is missing.
 #
 #   tests/lint_jobscripts.sh          # from anywhere
 set -euo pipefail
@@ -14,7 +14,7 @@ if ! command -v shellcheck >/dev/null; then
 fi
 
 shopt -s nullglob
-scripts=(jobscripts/*.sh jobscripts/*.sbatch scripts/*.sh inputs/*.sh tests/*.sh)
+scripts=(jobscripts/*.sh jobscripts/*.sbatch scripts/*.sh inputs/*.sh tests/*.sh tests/*/*.sh)
 if [[ -f .ci/run ]]; then scripts+=(.ci/run); fi
 if ((${#scripts[@]} == 0)); then
   echo "lint_jobscripts.sh: no scripts found" >&2

@@ -59,3 +59,9 @@ set_tests_properties(deck_fuzz PROPERTIES LABELS "fuzz" TIMEOUT 900 ENVIRONMENT 
 # over hier (tests/install_example.sh).
 add_test(NAME install_example COMMAND ${PROJECT_SOURCE_DIR}/tests/install_example.sh ${PROJECT_BINARY_DIR})
 set_tests_properties(install_example PROPERTIES LABELS "install;mpi" TIMEOUT 900 ENVIRONMENT "${ULYSSES_TEST_ENV}")
+
+# The Slurm job scripts under a real Slurm started on this machine (tests/slurm/run_jobs.sh:
+# sbatch --wait of the templates in simulation mode, exit codes through srun). Skipped
+# without Slurm and munge (tests/slurm/install.sh installs them; CI requires them).
+add_test(NAME slurm_jobs COMMAND ${PROJECT_SOURCE_DIR}/tests/slurm/run_jobs.sh ${PROJECT_BINARY_DIR})
+set_tests_properties(slurm_jobs PROPERTIES LABELS "slurm;mpi" TIMEOUT 900 SKIP_RETURN_CODE 77)

@@ -148,11 +148,11 @@ def test_fallback_to_nccl_is_reported(run, tmp_path):
     assert all(a["parity_pass"] == 1 for a in fell_back)
 
 
-def test_parity_failure_exits_1_and_report_names_it(run, tmp_path):
+def test_parity_failure_exits_5_and_report_names_it(run, tmp_path):
     report = tmp_path / "bad.h5"
     p = run(2, DEFAULT, "-o", str(report), "--case", "small-bf16",
             env={"ULYSSES_TEST_CORRUPT_RANK": "1"})
-    assert p.returncode == 1, p.stderr + p.stdout
+    assert p.returncode == 5, p.stderr + p.stdout
     assert "FAIL" in p.stdout
     runs = list(runs_of(report))
     assert runs and all(a["parity_pass"] == 0 for _, _, a, _ in runs)

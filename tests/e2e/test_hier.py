@@ -131,7 +131,7 @@ def test_vmajor_beyond_its_tolerance_fails_the_run(app, run, tmp_path):
     vmajor_deck(app, deck, vmajor_tol_rel_l2=1e-9)
     report = tmp_path / "r.h5"
     p = run(4, str(deck), "-o", str(report), "--ranks-per-node", "2", "--hier-chunks", "8")
-    assert p.returncode == 1, p.stderr + p.stdout
+    assert p.returncode == 5, p.stderr + p.stdout  # the parity-failure code (README.md, "Exit codes")
     assert "approx FAIL" in p.stdout
     runs = {name: a for _, name, a in runs_of(report)}
     assert runs["hier-vmajor.v-first"]["approx_pass"] == 0
