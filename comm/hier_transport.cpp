@@ -51,20 +51,51 @@
 namespace uipc {
 namespace {
 
-// Sizes of one submission in the hierarchical layout (even shards and head slices).
+// Where everything of one submission lies in the hierarchical layout. Shards and head
+// slices may be uneven (exchange_geometry.hpp): node n's block is its L ranks' shards one
+// after another, node_len(n) tokens long. On the rank g = (n, j), the buffer holds its
+// final result (the target) and then, for each other node m in order, its relay for m:
+// node n's block of the heads of (m, j), B x node_len(n) rows of hd(m*L + j) heads.
+// Every rank's buffer is as large as the largest (buffer_bytes), so mappings agree.
 struct HierShape {
-  int64_t B, Sl, H, D, S, Hl, LS;  // LS: tokens of one node's block
+  const ExchangeShape& s;
+  Direction dir;
+  int P, N, L;
+  int64_t B, D, S, H;
   size_t es;
-  int64_t slice, full;  // elements of a token's head slice and of a whole token row
-  size_t target_bytes, relay_bytes;
-  HierShape(const ExchangeShape& s, int P, int L)
-      : B(s.batch), Sl(s.seq_local), H(s.heads), D(s.head_dim), S(s.seq_local * P), Hl(s.heads / P),
-        LS(s.seq_local * L), es(dtype_size(s.dtype)) {
-    slice = Hl * D;
-    full = H * D;
-    target_bytes = static_cast<size_t>(B * S * Hl * D) * es;  // == B*Sl*H*D*es: same for the gather
-    relay_bytes = static_cast<size_t>(B * LS * Hl * D) * es;
+  HierShape(const ExchangeShape& shape, Direction d, int p, int n, int l)
+      : s(shape), dir(d), P(p), N(n), L(l), B(shape.batch), D(shape.head_dim), S(exchange_seq(shape, p)),
+        H(shape.heads), es(dtype_size(shape.dtype)) {}
+  Span tok(int g) const { return token_shard(s, P, g); }
+  Span hd(int g) const { return head_slice(s, P, g); }
+  int64_t slice(int g) const { return hd(g).count * D; }  // elements of a token row of g's heads
+  int64_t node_begin(int n) const { return tok(n * L).begin; }
+  int64_t node_len(int n) const { return tok(n * L + L - 1).begin + tok(n * L + L - 1).count - node_begin(n); }
+  size_t bytes(int64_t elems) const { return static_cast<size_t>(elems) * es; }
+  size_t target_bytes(int g) const { return bytes(exchange_result_elems(s, dir, g, P)); }
+  // Node n's block of g's heads.
+  size_t relay_bytes(int n, int g) const { return bytes(B * node_len(n) * slice(g)); }
+  // Where owner (n, j)'s relay for node m starts in its buffer; m == N: its end.
+  size_t relay_offset(int owner, int m) const {
+    const int n = owner / L, j = owner % L;
+    size_t at = target_bytes(owner);
+    for (int mm = 0; mm < m && mm < N; ++mm)
+      if (mm != n) at += relay_bytes(n, mm * L + j);
+    return at;
   }
+  size_t buffer_bytes() const {
+    size_t most = 0;
+    for (int g = 0; g < P; ++g) most = std::max(most, relay_offset(g, N));
+    return most;
+  }
+  // Chunks per batch: the same count on every node (node blocks may differ by a few tokens).
+  int chunks(int want) const {
+    int64_t shortest = node_len(0);
+    for (int n = 1; n < N; ++n) shortest = std::min(shortest, node_len(n));
+    return static_cast<int>(std::min<int64_t>(want, shortest));
+  }
+  // Chunk k of K of node n's block: tokens [chunk_lo(n, k), chunk_lo(n, k + 1)).
+  int64_t chunk_lo(int n, int k, int K) const { return node_len(n) * k / K; }
 };
 
 class HierTransport : public Transport {
@@ -114,7 +145,8 @@ class HierTransport : public Transport {
   // My own slice of a scatter lies in my target like ipc's (the relays follow the final
   // layout in the same buffer): a producer may write it there.
   OwnSlice own_slice(Tag tag, const ExchangeShape& shape) override {
-    UIPC_CHECK(shape.heads % P_ == 0, "heads must divide by the group size");
+    const std::string bad = exchange_shape_problem(shape, n_ * L_ + l_, P_);
+    UIPC_CHECK(bad.empty(), "hier: " + bad);
     Submission sub;
     sub.tag = tag;
     sub.dir = Direction::kScatter;
@@ -123,11 +155,12 @@ class HierTransport : public Transport {
   }
 
   std::unique_ptr<Exchange> submit(const Submission& sub, Stream& producer) override {
-    UIPC_CHECK(sub.shape.heads % P_ == 0, "heads must divide by the group size");
+    const std::string bad = exchange_shape_problem(sub.shape, n_ * L_ + l_, P_);
+    UIPC_CHECK(bad.empty(), "hier: " + bad);
     UIPC_CHECK(!sub.own_slice_written || sub.dir == Direction::kScatter, "only a scatter's own slice can be pre-written");
     if (!group_) open_group(sub.dir);
     UIPC_CHECK(sub.dir == group_dir_, "hier: a group is all scatter or all gather");
-    const HierShape h(sub.shape, P_, L_);
+    const HierShape h(sub.shape, sub.dir, P_, N_, L_);
     SharedTarget& t = target_of(sub);
     group_->tags += std::string(group_->tags.empty() ? "" : ",") + tag_name(sub.tag);
     ready_evt_->record(producer);
@@ -163,15 +196,9 @@ class HierTransport : public Transport {
   }
 
  private:
-  // Node-block chunk k of one batch: tokens [lo, hi) of the node's L*Sl.
-  int chunks_per_batch(const HierShape& h) const { return static_cast<int>(std::min<int64_t>(chunks_, h.LS)); }
-  static int64_t chunk_lo(const HierShape& h, int k, int K) { return h.LS * k / K; }
-
-  // Relay of rank j of my node for remote node m (its index skips my node).
+  // Relay of rank j of my node for remote node m.
   unsigned char* relay(const SharedTarget& t, int j, int m, const HierShape& h) const {
-    const int idx = m < n_ ? m : m - 1;
-    return static_cast<unsigned char*>(t.peer_ptr[static_cast<size_t>(j)]) + h.target_bytes +
-           static_cast<size_t>(idx) * h.relay_bytes;
+    return static_cast<unsigned char*>(t.peer_ptr[static_cast<size_t>(j)]) + h.relay_offset(n_ * L_ + j, m);
   }
   unsigned char* target(const SharedTarget& t, int j) const {
     return static_cast<unsigned char*>(t.peer_ptr[static_cast<size_t>(j)]);
@@ -190,10 +217,9 @@ class HierTransport : public Transport {
   }
 
   SharedTarget& target_of(const Submission& sub) {
-    const HierShape h(sub.shape, P_, L_);
+    const HierShape h(sub.shape, sub.dir, P_, N_, L_);
     const int64_t misses = stats_.cache_misses;
-    SharedTarget& t = cache_->get(target_key(sub), h.target_bytes + static_cast<size_t>(N_ - 1) * h.relay_bytes,
-                                  [this] { quiesce(); });
+    SharedTarget& t = cache_->get(target_key(sub), h.buffer_bytes(), [this] { quiesce(); });
     // A fresh target (a miss, on every rank of the group alike) holds nothing V-major
     // could keep: everything is sent again.
     if (stats_.cache_misses != misses) vstate_.erase(target_key(sub).describe());
@@ -214,9 +240,9 @@ class HierTransport : public Transport {
   }
 
   void scatter(const Submission& sub, const HierShape& h, const SharedTarget& t) {
-    const int K = chunks_per_batch(h);
-    const int64_t pitch = sub.src_row_pitch > 0 ? sub.src_row_pitch : h.full;
-    const int64_t mine_lo = l_ * h.Sl, mine_hi = mine_lo + h.Sl;  // my shard in the node block
+    const int K = h.chunks(chunks_), g = n_ * L_ + l_;
+    const int64_t pitch = sub.src_row_pitch > 0 ? sub.src_row_pitch : h.H * h.D;
+    const int64_t LS = h.node_len(n_), mine_lo = h.tok(g).begin - h.node_begin(n_), mine_hi = mine_lo + h.tok(g).count;
     const auto* src = static_cast<const unsigned char*>(sub.src);
     dev_.stream_wait_event(*copy_, *ready_evt_);
     dev_.stream_wait_event(*self_, *ready_evt_);
@@ -226,17 +252,16 @@ class HierTransport : public Transport {
     const uint64_t seq0 = chunk_seq_;
     for (int64_t b = 0; b < h.B; ++b) {
       for (int k = 0; k < K; ++k) {
-        const int64_t lo = std::max(chunk_lo(h, k, K), mine_lo), hi = std::min(chunk_lo(h, k + 1, K), mine_hi);
+        const int64_t lo = std::max(h.chunk_lo(n_, k, K), mine_lo), hi = std::min(h.chunk_lo(n_, k + 1, K), mine_hi);
         for (int i = 0; lo < hi && i < L_; ++i) {
           const int j = (l_ + 1 + i) % L_;
           for (int m = 0; m < N_; ++m) {
             if (m == n_) continue;
-            const int64_t dest = static_cast<int64_t>(m) * L_ + j;  // the group rank the slice is for
-            dev_.copy_2d(stream_to(j), relay(t, j, m, h) + static_cast<size_t>((b * h.LS + lo) * h.slice) * h.es,
-                         static_cast<size_t>(h.slice) * h.es,
-                         src + static_cast<size_t>((b * h.Sl + lo - mine_lo) * pitch + dest * h.slice) * h.es,
-                         static_cast<size_t>(pitch) * h.es, static_cast<size_t>(h.slice) * h.es,
-                         static_cast<size_t>(hi - lo));
+            const int dest = m * L_ + j;  // the group rank the slice is for
+            const int64_t w = h.slice(dest);
+            dev_.copy_2d(stream_to(j), relay(t, j, m, h) + h.bytes((b * LS + lo) * w), h.bytes(w),
+                         src + h.bytes((b * h.tok(g).count + lo - mine_lo) * pitch + h.hd(dest).begin * h.D),
+                         h.bytes(pitch), h.bytes(w), static_cast<size_t>(hi - lo));
           }
         }
         ++chunk_seq_;
@@ -263,17 +288,19 @@ class HierTransport : public Transport {
           dev_.wait_value64_geq(*inter_, handshake_->my_word(j, 0), seq,
                                 WaitLabel{handshake_->world_rank(j), "chunk " + std::to_string(seq) + " of the relays (tag " +
                                                                          tag_name(sub.tag) + ", intra-node phase)"});
-        const int64_t lo = chunk_lo(h, k, K), hi = chunk_lo(h, k + 1, K);
-        const size_t bytes = static_cast<size_t>((hi - lo) * h.slice) * h.es;
         std::vector<PeerTransfer> xfers;
         for (int m = 0; m < N_; ++m) {
           if (m == n_) continue;
+          // Out: my relay for m, my node's chunk k of (m, l)'s heads; in: node m's chunk k
+          // of my heads, straight into my target at node m's tokens.
+          const int64_t lo = h.chunk_lo(n_, k, K), hi = h.chunk_lo(n_, k + 1, K), w = h.slice(m * L_ + l_);
+          const int64_t rlo = h.chunk_lo(m, k, K), rhi = h.chunk_lo(m, k + 1, K), v = h.slice(g);
           PeerTransfer x;
           x.peer = m;
-          x.send = relay(t, l_, m, h) + static_cast<size_t>((b * h.LS + lo) * h.slice) * h.es;
-          x.send_bytes = bytes;
-          x.recv = target(t, l_) + static_cast<size_t>((b * h.S + m * h.LS + lo) * h.slice) * h.es;
-          x.recv_bytes = bytes;
+          x.send = relay(t, l_, m, h) + h.bytes((b * LS + lo) * w);
+          x.send_bytes = h.bytes((hi - lo) * w);
+          x.recv = target(t, l_) + h.bytes((b * h.S + h.node_begin(m) + rlo) * v);
+          x.recv_bytes = h.bytes((rhi - rlo) * v);
           xfers.push_back(x);
         }
         set_activity("in the inter-node phase of the hier scatter");
@@ -284,8 +311,9 @@ class HierTransport : public Transport {
   }
 
   void gather(const Submission& sub, const HierShape& h, const SharedTarget& t) {
-    const int K = chunks_per_batch(h);
-    const auto* src = static_cast<const unsigned char*>(sub.src);  // (B, S, Hl, D), contiguous
+    const int K = h.chunks(chunks_), g = n_ * L_ + l_;
+    const int64_t LS = h.node_len(n_), v = h.slice(g);
+    const auto* src = static_cast<const unsigned char*>(sub.src);  // (B, S, Hl(g), D), contiguous
     // Phase A on the inter stream: node m's token block of my heads to (m, l), node n's
     // block of (m, l)'s heads into my relay for m, chunk by chunk.
     dev_.stream_wait_event(*inter_, *ready_evt_);
@@ -302,17 +330,17 @@ class HierTransport : public Transport {
     copy_to_node(sub, t);
     for (int64_t b = 0; b < h.B; ++b) {
       for (int k = 0; k < K; ++k) {
-        const int64_t lo = chunk_lo(h, k, K), hi = chunk_lo(h, k + 1, K);
-        const size_t bytes = static_cast<size_t>((hi - lo) * h.slice) * h.es;
+        const int64_t lo = h.chunk_lo(n_, k, K), hi = h.chunk_lo(n_, k + 1, K);
         std::vector<PeerTransfer> xfers;
         for (int m = 0; m < N_; ++m) {
           if (m == n_) continue;
+          const int64_t rlo = h.chunk_lo(m, k, K), rhi = h.chunk_lo(m, k + 1, K), w = h.slice(m * L_ + l_);
           PeerTransfer x;
           x.peer = m;
-          x.send = src + static_cast<size_t>((b * h.S + m * h.LS + lo) * h.slice) * h.es;
-          x.send_bytes = bytes;
-          x.recv = relay(t, l_, m, h) + static_cast<size_t>((b * h.LS + lo) * h.slice) * h.es;
-          x.recv_bytes = bytes;
+          x.send = src + h.bytes((b * h.S + h.node_begin(m) + rlo) * v);
+          x.send_bytes = h.bytes((rhi - rlo) * v);
+          x.recv = relay(t, l_, m, h) + h.bytes((b * LS + lo) * w);
+          x.recv_bytes = h.bytes((hi - lo) * w);
           xfers.push_back(x);
         }
         set_activity("in the inter-node phase of the hier gather");
@@ -324,16 +352,16 @@ class HierTransport : public Transport {
         dev_.stream_wait_event(*copy_, arrived);
         for (int i = 0; i < L_; ++i) {
           const int j = (l_ + 1 + i) % L_;
-          const int64_t jlo = std::max(lo, j * h.Sl), jhi = std::min(hi, (j + 1) * h.Sl);
+          const Span jt = h.tok(n_ * L_ + j);
+          const int64_t j0 = jt.begin - h.node_begin(n_);  // j's shard in the node block
+          const int64_t jlo = std::max(lo, j0), jhi = std::min(hi, j0 + jt.count);
           if (jlo >= jhi) continue;
           for (int m = 0; m < N_; ++m) {
             if (m == n_) continue;
-            const int64_t from = static_cast<int64_t>(m) * L_ + l_;  // whose heads the relay holds
-            dev_.copy_2d(*copy_,
-                         target(t, j) + static_cast<size_t>((b * h.Sl + jlo - j * h.Sl) * h.full + from * h.slice) * h.es,
-                         static_cast<size_t>(h.full) * h.es,
-                         relay(t, l_, m, h) + static_cast<size_t>((b * h.LS + jlo) * h.slice) * h.es,
-                         static_cast<size_t>(h.slice) * h.es, static_cast<size_t>(h.slice) * h.es,
+            const int from = m * L_ + l_;  // whose heads the relay holds
+            const int64_t w = h.slice(from);
+            dev_.copy_2d(*copy_, target(t, j) + h.bytes((b * jt.count + jlo - j0) * h.H * h.D + h.hd(from).begin * h.D),
+                         h.bytes(h.H * h.D), relay(t, l_, m, h) + h.bytes((b * LS + jlo) * w), h.bytes(w), h.bytes(w),
                          static_cast<size_t>(jhi - jlo));
           }
         }
@@ -365,30 +393,40 @@ class HierTransport : public Transport {
   // the host until V's intra-node phase is done (the V-first overlap of the Q/K norm is
   // given up for the bytes).
   void vmajor_phase2(const Submission& sub, const HierShape& h, const SharedTarget& t, uint64_t seq0) {
-    const int K = chunks_per_batch(h), R = N_ - 1;
-    const int64_t nblocks = h.B * K;
+    const int K = h.chunks(chunks_), R = N_ - 1, g = n_ * L_ + l_;
+    const int64_t nblocks = h.B * K, LS = h.node_len(n_), v = h.slice(g);
     const uint64_t seq_end = seq0 + static_cast<uint64_t>(nblocks);
     for (int j = 0; j < L_; ++j)
       dev_.wait_value64_geq(*inter_, handshake_->my_word(j, 0), seq_end,
                             WaitLabel{handshake_->world_rank(j), "chunk " + std::to_string(seq_end) +
                                                                      " of the relays (tag V, intra-node phase, V-major)"});
     VState& vs = vstate_[target_key(sub).describe()];
-    const size_t relays = static_cast<size_t>(R) * h.relay_bytes;
-    unsigned char* mine = target(t, l_) + h.target_bytes;  // my R relays, one after another
+    // My relays (one per other node, widths of their destinations' head slices), and what
+    // each remote node sends me (node m's block of my heads), in the same order.
+    const size_t relays = h.relay_offset(g, N_) - h.relay_offset(g, 0);
+    size_t incoming = 0;
+    for (int m = 0; m < N_; ++m)
+      if (m != n_) incoming += h.relay_bytes(m, g);
+    unsigned char* mine = target(t, l_) + h.relay_offset(g, 0);  // where my relays start
     if (!vs.last) {
       vs.last = dev_.alloc(relays);
-      vs.rows = dev_.alloc(static_cast<size_t>(R * h.B * h.LS) * 2 * sizeof(double));
+      vs.rows = dev_.alloc(static_cast<size_t>(R * h.B * LS) * 2 * sizeof(double));
       vs.send_stage = dev_.alloc(relays);
-      vs.recv_stage = dev_.alloc(relays);
+      vs.recv_stage = dev_.alloc(std::max<size_t>(incoming, 1));
       vs.masks = dev_.alloc(static_cast<size_t>(2 * R * nblocks));
       vs.sent.assign(static_cast<size_t>(R * nblocks), 0);
     }
     // Which of my blocks go: never sent, not selective now, or changed enough.
     std::vector<double> rows;
     if (selective_) {
-      vmajor_.row_change(*inter_, mine, vs.last.get(), sub.shape.dtype, R * h.B * h.LS, h.slice,
-                         vs.rows.as<double>());
-      rows.resize(static_cast<size_t>(R * h.B * h.LS) * 2);
+      for (int m = 0, r = 0; m < N_; ++m) {
+        if (m == n_) continue;
+        const size_t off = h.relay_offset(g, m) - h.relay_offset(g, 0);
+        vmajor_.row_change(*inter_, mine + off, vs.last.as<unsigned char>() + off, sub.shape.dtype, h.B * LS,
+                           h.slice(m * L_ + l_), vs.rows.as<double>() + 2 * r * h.B * LS);
+        ++r;
+      }
+      rows.resize(static_cast<size_t>(R * h.B * LS) * 2);
       set_activity("in V-major's comparison (waiting for V's relays)");
       inter_->synchronize();
       dev_.copy_to_host(rows.data(), vs.rows.get(), rows.size() * sizeof(double));
@@ -401,8 +439,8 @@ class HierTransport : public Transport {
           bool send = !selective_ || !vs.sent[blk];
           if (!send) {
             double d2 = 0, l2 = 0;
-            for (int64_t tok = chunk_lo(h, k, K); tok < chunk_lo(h, k + 1, K); ++tok) {
-              const size_t row = static_cast<size_t>((r * h.B + b) * h.LS + tok);
+            for (int64_t tok = h.chunk_lo(n_, k, K); tok < h.chunk_lo(n_, k + 1, K); ++tok) {
+              const size_t row = static_cast<size_t>((r * h.B + b) * LS + tok);
               d2 += rows[2 * row];
               l2 += rows[2 * row + 1];
             }
@@ -426,45 +464,45 @@ class HierTransport : public Transport {
     // Pack the chosen blocks (and remember them as sent), exchange, unpack.
     std::vector<PeerTransfer> xd;
     std::vector<std::vector<std::pair<size_t, size_t>>> unpack(static_cast<size_t>(R));  // (target offset, bytes)
-    size_t full = 0;
+    size_t full = 0, recv_at = 0;
     for (int m = 0, r = 0; m < N_; ++m) {
       if (m == n_) continue;
+      const size_t off = h.relay_offset(g, m) - h.relay_offset(g, 0);
+      const int64_t w = h.slice(m * L_ + l_);
       size_t out = 0, in = 0;
-      auto* send_base = vs.send_stage.as<unsigned char>() + static_cast<size_t>(r) * h.relay_bytes;
-      auto* recv_base = vs.recv_stage.as<unsigned char>() + static_cast<size_t>(r) * h.relay_bytes;
+      auto* send_base = vs.send_stage.as<unsigned char>() + off;
+      auto* recv_base = vs.recv_stage.as<unsigned char>() + recv_at;
       for (int64_t b = 0; b < h.B; ++b)
         for (int k = 0; k < K; ++k) {
-          const int64_t lo = chunk_lo(h, k, K), hi = chunk_lo(h, k + 1, K);
-          const size_t bytes = static_cast<size_t>((hi - lo) * h.slice) * h.es;
-          const size_t at = static_cast<size_t>((b * h.LS + lo) * h.slice) * h.es;  // in a relay
+          const int64_t lo = h.chunk_lo(n_, k, K), hi = h.chunk_lo(n_, k + 1, K);
+          const size_t bytes = h.bytes((hi - lo) * w), at = off + h.bytes((b * LS + lo) * w);
           const size_t blk = static_cast<size_t>(r * nblocks + b * K + k);
           full += bytes;
           if (masks[blk]) {
-            unsigned char* src = mine + static_cast<size_t>(r) * h.relay_bytes + at;
-            dev_.copy_2d(*inter_, send_base + out, bytes, src, bytes, bytes, 1);
-            dev_.copy_2d(*inter_, vs.last.as<unsigned char>() + static_cast<size_t>(r) * h.relay_bytes + at, bytes,
-                         src, bytes, bytes, 1);
+            dev_.copy_2d(*inter_, send_base + out, bytes, mine + at, bytes, bytes, 1);
+            dev_.copy_2d(*inter_, vs.last.as<unsigned char>() + at, bytes, mine + at, bytes, bytes, 1);
             vs.sent[blk] = 1;
             out += bytes;
           }
+          const int64_t rlo = h.chunk_lo(m, k, K), rhi = h.chunk_lo(m, k + 1, K);
           if (masks[static_cast<size_t>(R * nblocks) + blk]) {
             unpack[static_cast<size_t>(r)].push_back(
-                {static_cast<size_t>((b * h.S + m * h.LS + lo) * h.slice) * h.es, bytes});
-            in += bytes;
+                {h.bytes((b * h.S + h.node_begin(m) + rlo) * v), h.bytes((rhi - rlo) * v)});
+            in += h.bytes((rhi - rlo) * v);
           }
         }
       xd.push_back(PeerTransfer{m, send_base, out, recv_base, in});
       stats_.inter_bytes_sent += static_cast<int64_t>(out) + nblocks;  // the mask too
+      recv_at += h.relay_bytes(m, g);
       ++r;
     }
     stats_.inter_bytes_full += static_cast<int64_t>(full);
     set_activity("in V-major's inter-node phase");
     rail_->send_recv(*inter_, xd);
     for (int r = 0; r < R; ++r) {
-      size_t at = 0;
+      auto* at = static_cast<unsigned char*>(xd[static_cast<size_t>(r)].recv);
       for (const auto& [offset, bytes] : unpack[static_cast<size_t>(r)]) {
-        dev_.copy_2d(*inter_, target(t, l_) + offset, bytes,
-                     vs.recv_stage.as<unsigned char>() + static_cast<size_t>(r) * h.relay_bytes + at, bytes, bytes, 1);
+        dev_.copy_2d(*inter_, target(t, l_) + offset, bytes, at, bytes, bytes, 1);
         at += bytes;
       }
     }

@@ -88,14 +88,15 @@ std::unique_ptr<MappingPath> make_mapping_path(MappingKind kind, Device& dev, co
 std::string TargetKey::describe() const {
   std::ostringstream s;
   s << "tag " << tag_name(static_cast<Tag>(tag)) << (dir == 0 ? " scatter" : " gather") << " (B" << batch
-    << ", S/P " << seq_local << ", H " << heads << ", D " << head_dim << ", " << dtype_name(static_cast<DType>(dtype))
+    << ", tokens " << tokens << ", H " << heads << ", D " << head_dim << ", " << dtype_name(static_cast<DType>(dtype))
     << ")";
   return s.str();
 }
 
 TargetKey target_key(const Submission& sub) {
   return TargetKey{static_cast<int64_t>(sub.tag), static_cast<int64_t>(sub.dir), sub.shape.batch,
-                   sub.shape.seq_local, sub.shape.heads, sub.shape.head_dim, static_cast<int64_t>(sub.shape.dtype)};
+                   sub.shape.seq > 0 ? sub.shape.seq : sub.shape.seq_local, sub.shape.heads, sub.shape.head_dim,
+                   static_cast<int64_t>(sub.shape.dtype)};
 }
 
 // --- target cache

@@ -43,7 +43,7 @@ std::unique_ptr<MappingPath> make_mapping_path(MappingKind kind, Device& dev, co
 // What identifies a cached target. Identical on every rank for the same submission (so
 // nothing rank-local, such as the device ordinal, belongs in it).
 struct TargetKey {
-  int64_t tag, dir, batch, seq_local, heads, head_dim, dtype;
+  int64_t tag, dir, batch, tokens, heads, head_dim, dtype;  // tokens: the group's (ExchangeShape::seq), or the shard's
   bool operator==(const TargetKey& o) const { return std::memcmp(this, &o, sizeof(*this)) == 0; }
   std::string describe() const;
 };

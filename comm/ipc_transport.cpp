@@ -70,7 +70,8 @@ class IpcTransport : public Transport {
   std::string name() const override { return path_->transport_name(); }
 
   OwnSlice own_slice(Tag tag, const ExchangeShape& shape) override {
-    UIPC_CHECK(shape.heads % peers_ == 0, "heads must divide by the group size");
+    const std::string bad = exchange_shape_problem(shape, me_, peers_);
+    UIPC_CHECK(bad.empty(), "ipc: " + bad);
     Submission sub;
     sub.tag = tag;
     sub.dir = Direction::kScatter;
@@ -79,7 +80,8 @@ class IpcTransport : public Transport {
   }
 
   std::unique_ptr<Exchange> submit(const Submission& sub, Stream& producer) override {
-    UIPC_CHECK(sub.shape.heads % peers_ == 0, "heads must divide by the group size");
+    const std::string bad = exchange_shape_problem(sub.shape, me_, peers_);
+    UIPC_CHECK(bad.empty(), "ipc: " + bad);
     UIPC_CHECK(!sub.own_slice_written || sub.dir == Direction::kScatter, "only a scatter's own slice can be pre-written");
     if (!group_) open_group();
     // Past this point a failure is raised, never turned into a fallback: peers may
@@ -158,7 +160,10 @@ class IpcTransport : public Transport {
   }
 
   SharedTarget& target(const Submission& sub) {
-    return cache_.get(target_key(sub), static_cast<size_t>(exchange_result_elems(sub.shape)) * dtype_size(sub.shape.dtype),
+    // Every rank's target the size of the largest (uneven shards and heads differ by one).
+    return cache_.get(target_key(sub),
+                      static_cast<size_t>(exchange_max_result_elems(sub.shape, sub.dir, peers_)) *
+                          dtype_size(sub.shape.dtype),
                       [this] { quiesce(); });
   }
 

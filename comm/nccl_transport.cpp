@@ -5,6 +5,7 @@
 // Stream order is the completion: results are ready on the producer stream. A rank's own
 // slice written by its producer (own_slice()) is neither packed nor unpacked; its chunk
 // of the all-to-all still travels (to this rank itself) and goes unread.
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -20,12 +21,12 @@ namespace {
 struct ResultKey {
   Tag tag;
   Direction dir;
-  int64_t batch, seq_local;
+  int64_t batch, seq;
   int heads, head_dim;
   DType dtype;
   bool operator<(const ResultKey& o) const {
-    return std::tie(tag, dir, batch, seq_local, heads, head_dim, dtype) <
-           std::tie(o.tag, o.dir, o.batch, o.seq_local, o.heads, o.head_dim, o.dtype);
+    return std::tie(tag, dir, batch, seq, heads, head_dim, dtype) <
+           std::tie(o.tag, o.dir, o.batch, o.seq, o.heads, o.head_dim, o.dtype);
   }
 };
 
@@ -40,7 +41,8 @@ class NcclTransport : public Transport {
     // nccl-ce receives every rank's chunk, its own too, straight into the result: a slice
     // written there beforehand would be overwritten. The producer writes in place.
     if (registered_) return {};
-    UIPC_CHECK(shape.heads % coll_.size() == 0, "heads must divide by the group size");
+    const std::string bad = exchange_shape_problem(shape, coll_.rank(), coll_.size());
+    UIPC_CHECK(bad.empty(), "nccl: " + bad);
     Submission sub;
     sub.tag = tag;
     sub.dir = Direction::kScatter;
@@ -49,8 +51,8 @@ class NcclTransport : public Transport {
   }
 
   std::unique_ptr<Exchange> submit(const Submission& sub, Stream& producer) override {
-    const int peers = coll_.size();
-    UIPC_CHECK(sub.shape.heads % peers == 0, "heads must divide by the group size");
+    const std::string bad = exchange_shape_problem(sub.shape, coll_.rank(), coll_.size());
+    UIPC_CHECK(bad.empty(), "nccl: " + bad);
     UIPC_CHECK(!(registered_ && sub.own_slice_written), "nccl-ce moves the own slice itself");
     if (!group_) {
       group_ = std::make_shared<GroupCompletion>();
@@ -84,14 +86,15 @@ class NcclTransport : public Transport {
 
   void* result_buffer(const Submission& sub) {
     const ExchangeShape& s = sub.shape;
-    ResultKey key{sub.tag, sub.dir, s.batch, s.seq_local, s.heads, s.head_dim, s.dtype};
+    ResultKey key{sub.tag, sub.dir, s.batch, exchange_seq(s, coll_.size()), s.heads, s.head_dim, s.dtype};
     auto it = results_.find(key);
     if (it != results_.end()) {
       ++stats_.cache_hits;
       return it->second->get();
     }
     ++stats_.cache_misses;
-    size_t bytes = static_cast<size_t>(exchange_result_elems(s)) * dtype_size(s.dtype);
+    size_t bytes =
+        static_cast<size_t>(exchange_result_elems(s, sub.dir, coll_.rank(), coll_.size())) * dtype_size(s.dtype);
     auto ins = results_.emplace(key, buffer(bytes));
     return ins.first->second->get();
   }
@@ -107,77 +110,104 @@ class NcclTransport : public Transport {
     recv_ = buffer(bytes);
   }
 
-  // Packs `p`'s slice for each peer into that peer's chunk (chunk bytes apart, at
-  // `offset` within a chunk) of send.
-  void pack(Stream& s, const Pending& p, unsigned char* send, size_t chunk, size_t offset) {
+  // Packs `p`'s slice for each peer at send + at[peer] (its rows back to back, batch by
+  // batch), and advances at[peer] past it.
+  void pack(Stream& s, const Pending& p, unsigned char* send, std::vector<size_t>& at) {
     const int peers = coll_.size(), me = coll_.rank();
-    const size_t per_batch = exchange_slice_bytes(p.sub.shape, peers) / static_cast<size_t>(p.sub.shape.batch);
     for (int peer = 0; peer < peers; ++peer) {
-      if (peer == me && p.sub.own_slice_written) continue;  // already in place: its chunk goes unread
-      auto copies = exchange_copies(p.sub, me, peer, peers);
-      for (size_t b = 0; b < copies.size(); ++b) {
-        const Copy2D& c = copies[b];
-        dev_.copy_2d(s, send + peer * chunk + offset + b * per_batch, c.width,
-                     static_cast<const unsigned char*>(p.sub.src) + c.src_offset, c.src_pitch, c.width, c.height);
+      const size_t start = at[static_cast<size_t>(peer)];
+      at[static_cast<size_t>(peer)] += exchange_slice_bytes(p.sub.shape, p.sub.dir, me, peer, peers);
+      if (peer == me && p.sub.own_slice_written) continue;  // already in place: its part goes unread
+      size_t pos = start;
+      for (const Copy2D& c : exchange_copies(p.sub, me, peer, peers)) {
+        dev_.copy_2d(s, send + pos, c.width, static_cast<const unsigned char*>(p.sub.src) + c.src_offset, c.src_pitch,
+                     c.width, c.height);
+        pos += c.width * c.height;
       }
     }
   }
 
-  // Unpacks what each peer sent (its chunk of recv, at `offset`) where it belongs in p's result.
-  void unpack(Stream& s, const Pending& p, const unsigned char* recv, size_t chunk, size_t offset) {
+  // Unpacks what each peer sent (at recv + at[from]) where it belongs in p's result, and
+  // advances at[from] past it.
+  void unpack(Stream& s, const Pending& p, const unsigned char* recv, std::vector<size_t>& at) {
     const int peers = coll_.size(), me = coll_.rank();
-    const size_t per_batch = exchange_slice_bytes(p.sub.shape, peers) / static_cast<size_t>(p.sub.shape.batch);
     for (int from = 0; from < peers; ++from) {
+      const size_t start = at[static_cast<size_t>(from)];
+      at[static_cast<size_t>(from)] += exchange_slice_bytes(p.sub.shape, p.sub.dir, from, me, peers);
       if (from == me && p.sub.own_slice_written) continue;
       // What `from` packed for us is where exchange_copies(from -> me) puts it.
-      auto copies = exchange_copies(p.sub, from, me, peers);
-      for (size_t b = 0; b < copies.size(); ++b) {
-        const Copy2D& c = copies[b];
-        dev_.copy_2d(s, static_cast<unsigned char*>(p.result) + c.dst_offset, c.dst_pitch,
-                     recv + from * chunk + offset + b * per_batch, c.width, c.width, c.height);
+      size_t pos = start;
+      for (const Copy2D& c : exchange_copies(p.sub, from, me, peers)) {
+        dev_.copy_2d(s, static_cast<unsigned char*>(p.result) + c.dst_offset, c.dst_pitch, recv + pos, c.width, c.width,
+                     c.height);
+        pos += c.width * c.height;
       }
     }
   }
 
   void run_group(Stream& s) {
-    const int peers = coll_.size();
+    const int peers = coll_.size(), me = coll_.rank();
     if (registered_) {
-      // nccl-ce: one all-to-all per tensor between registered buffers. With one batch, a
-      // peer's chunk is exactly its tokens' block of the final layout, so the result is
-      // the receive buffer: no unpack.
+      // nccl-ce: one all-to-all per tensor between registered buffers, every peer's chunk
+      // the largest slice of any pair (uneven shards or heads pad it). With one batch and
+      // even shards, a peer's chunk is exactly its tokens' block of the final layout, so
+      // the result is the receive buffer: no unpack.
       for (auto& p : pending_) {
-        const size_t chunk = exchange_slice_bytes(p.sub.shape, peers);
+        size_t chunk = 0;
+        for (int a = 0; a < peers; ++a)
+          for (int b = 0; b < peers; ++b) chunk = std::max(chunk, exchange_slice_bytes(p.sub.shape, p.sub.dir, a, b, peers));
         ensure_staging(s, chunk * peers);
-        pack(s, p, static_cast<unsigned char*>(send_->get()), chunk, 0);
-        if (p.sub.shape.batch == 1 && p.sub.dir == Direction::kScatter) {
+        std::vector<size_t> at(static_cast<size_t>(peers));
+        for (int q = 0; q < peers; ++q) at[static_cast<size_t>(q)] = static_cast<size_t>(q) * chunk;
+        std::vector<size_t> in = at;
+        pack(s, p, static_cast<unsigned char*>(send_->get()), at);
+        if (p.sub.shape.batch == 1 && p.sub.dir == Direction::kScatter && exchange_is_even(p.sub.shape, peers)) {
           coll_.all_to_all(s, send_->get(), p.result, chunk);
         } else {
           coll_.all_to_all(s, send_->get(), recv_->get(), chunk);
-          unpack(s, p, static_cast<const unsigned char*>(recv_->get()), chunk, 0);
+          unpack(s, p, static_cast<const unsigned char*>(recv_->get()), in);
         }
       }
     } else {
-      // Every pending submission's slice for each peer packed into that peer's chunk, one
-      // all-to-all, then each received slice unpacked where it belongs.
-      size_t chunk = 0;
-      for (auto& p : pending_) chunk += exchange_slice_bytes(p.sub.shape, peers);
-      ensure_staging(s, chunk * peers);
-      size_t offset = 0;
-      for (auto& p : pending_) {
-        pack(s, p, static_cast<unsigned char*>(send_->get()), chunk, offset);
-        offset += exchange_slice_bytes(p.sub.shape, peers);
+      // Every pending submission's slice for each peer packed into that peer's part, one
+      // exchange, then each received slice unpacked where it belongs. Parts of one size
+      // (even shards and heads) go in an all-to-all; uneven ones in point-to-point
+      // transfers of their own sizes (an all-to-all-v).
+      std::vector<size_t> out(static_cast<size_t>(peers), 0), in(static_cast<size_t>(peers), 0);
+      for (auto& p : pending_)
+        for (int q = 0; q < peers; ++q) {
+          out[static_cast<size_t>(q)] += exchange_slice_bytes(p.sub.shape, p.sub.dir, me, q, peers);
+          in[static_cast<size_t>(q)] += exchange_slice_bytes(p.sub.shape, p.sub.dir, q, me, peers);
+        }
+      bool uniform = true;
+      for (int q = 0; q < peers; ++q) uniform = uniform && out[static_cast<size_t>(q)] == out[0] && in[static_cast<size_t>(q)] == out[0];
+      std::vector<size_t> send_at(static_cast<size_t>(peers), 0), recv_at(static_cast<size_t>(peers), 0);
+      for (int q = 1; q < peers; ++q) {
+        send_at[static_cast<size_t>(q)] = send_at[static_cast<size_t>(q - 1)] + out[static_cast<size_t>(q - 1)];
+        recv_at[static_cast<size_t>(q)] = recv_at[static_cast<size_t>(q - 1)] + in[static_cast<size_t>(q - 1)];
       }
-      coll_.all_to_all(s, send_->get(), recv_->get(), chunk);
-      offset = 0;
-      for (auto& p : pending_) {
-        unpack(s, p, static_cast<const unsigned char*>(recv_->get()), chunk, offset);
-        offset += exchange_slice_bytes(p.sub.shape, peers);
+      const size_t total = std::max(send_at.back() + out.back(), recv_at.back() + in.back());
+      ensure_staging(s, total);
+      auto* send = static_cast<unsigned char*>(send_->get());
+      auto* recv = static_cast<unsigned char*>(recv_->get());
+      std::vector<size_t> at = send_at;
+      for (auto& p : pending_) pack(s, p, send, at);
+      if (uniform) {
+        coll_.all_to_all(s, send, recv, out[0]);
+      } else {
+        std::vector<PeerTransfer> xfers;
+        for (int q = 0; q < peers; ++q)
+          xfers.push_back(PeerTransfer{q, send + send_at[static_cast<size_t>(q)], out[static_cast<size_t>(q)],
+                                       recv + recv_at[static_cast<size_t>(q)], in[static_cast<size_t>(q)]});
+        coll_.send_recv(s, xfers);
       }
+      at = recv_at;
+      for (auto& p : pending_) unpack(s, p, recv, at);
     }
     group_->done->record(s);
     group_->closed = true;
     ++stats_.groups;
-    ++stats_.handshakes;  // the all-to-all is this group's synchronisation
+    ++stats_.handshakes;  // the exchange is this group's synchronisation
     group_.reset();
     pending_.clear();
   }

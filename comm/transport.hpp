@@ -26,12 +26,16 @@ enum class Direction : int { kScatter = 0, kGather = 1 };
 const char* tag_name(Tag t);
 
 // The exchanged tensor, as seen on each rank of the group before the exchange.
+// Shards and head slices may be uneven (comm/exchange_geometry.hpp): the group's S tokens
+// and H heads are split balanced over its P ranks, rank r holding S/P tokens and H/P
+// heads, the first S%P (H%P) ranks one more.
 struct ExchangeShape {
   int64_t batch = 0;
-  int64_t seq_local = 0;  // S / P
+  int64_t seq_local = 0;  // this rank's tokens (its shard of the group's seq)
   int heads = 0;          // heads on this rank before a scatter (H); after a gather
   int head_dim = 0;
   DType dtype = DType::kBF16;
+  int64_t seq = 0;        // the group's tokens; 0: seq_local * P (even shards)
 };
 
 struct Submission {

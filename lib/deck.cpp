@@ -295,13 +295,14 @@ void validate_case(const Case& c) {
   if (c.heads % c.tp != 0)
     bad(c, "heads", std::to_string(c.heads) + " is not divisible by tp = " + std::to_string(c.tp));
   if (c.ulysses > 0) {
+    // Uneven splits are fine (balanced, docs/math.md); every rank needs a head and a token.
     int ht = c.heads / c.tp;
-    if (ht % c.ulysses != 0)
+    if (ht < c.ulysses)
       bad(c, "heads",
-          "heads/tp = " + std::to_string(ht) + " is not divisible by ulysses = " + std::to_string(c.ulysses));
-    if (c.seq_len % c.ulysses != 0)
-      bad(c, "seq_len",
-          std::to_string(c.seq_len) + " is not divisible by ulysses = " + std::to_string(c.ulysses));
+          "heads/tp = " + std::to_string(ht) + " is fewer than ulysses = " + std::to_string(c.ulysses) +
+              " (every rank needs a head after the scatter)");
+    if (c.seq_len < c.ulysses)
+      bad(c, "seq_len", std::to_string(c.seq_len) + " tokens are fewer than ulysses = " + std::to_string(c.ulysses));
   }
   if (c.qk_norm == NormKind::kRmsAcrossHeads && c.tp != 1)
     bad(c, "qk_norm",
@@ -360,14 +361,16 @@ void validate_case_for_world(const Case& c, int world) {
   if (u > kMaxUlysses)
     bad(c, "ulysses", "ulysses = " + std::to_string(u) + " on " + std::to_string(world) + " ranks (at most " +
                           std::to_string(kMaxUlysses) + ")");
+  if (c.heads % c.tp != 0)
+    bad(c, "heads", std::to_string(c.heads) + " is not divisible by tp = " + std::to_string(c.tp));
   int ht = c.heads / c.tp;
-  if (c.heads % c.tp != 0 || ht % u != 0)
+  if (ht < u)
     bad(c, "heads",
-        "heads/tp = " + std::to_string(c.heads) + "/" + std::to_string(c.tp) + " is not divisible by ulysses = " +
-            std::to_string(u) + " (this run has " + std::to_string(world) + " ranks)");
-  if (c.seq_len % u != 0)
+        "heads/tp = " + std::to_string(c.heads) + "/" + std::to_string(c.tp) + " is fewer than ulysses = " +
+            std::to_string(u) + " (this run has " + std::to_string(world) + " ranks; every rank needs a head)");
+  if (c.seq_len < u)
     bad(c, "seq_len",
-        std::to_string(c.seq_len) + " is not divisible by ulysses = " + std::to_string(u) + " (this run has " +
+        std::to_string(c.seq_len) + " tokens are fewer than ulysses = " + std::to_string(u) + " (this run has " +
             std::to_string(world) + " ranks)");
 }
 

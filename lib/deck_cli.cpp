@@ -49,8 +49,8 @@ const std::vector<ModelLayer>& model_layers() {
        24, 128, NormKind::kRmsPerHead, RopeKind::k1D, true, {{"1024", 4096 + 512}, {"2048", 16384 + 512}},
        "joint attention: (res/16)^2 image tokens + 512 T5 text tokens"},
       {"sd3-medium", "stabilityai/stable-diffusion-3-medium transformer config: 24 heads x 64 (1536), no QK norm, separate Q/K/V",
-       24, 64, NormKind::kNone, RopeKind::kNone, false, {{"1024", 4432}},
-       "joint attention: 4096 image tokens + 333 text tokens (77 CLIP + 256 T5) = 4429, padded to 4432 (a multiple of 8) as Ulysses implementations pad"},
+       24, 64, NormKind::kNone, RopeKind::kNone, false, {{"1024", 4429}},
+       "joint attention: 4096 image tokens + 333 text tokens (77 CLIP + 256 T5) = 4429, unpadded: uneven shards where the Ulysses degree does not divide it"},
       {"pixart-alpha", "PixArt-alpha/PixArt-XL-2-1024-MS config: 16 heads x 72 (1152), no QK norm, separate Q/K/V",
        16, 72, NormKind::kNone, RopeKind::kNone, false, {{"1024", 4096}}, "self-attention over (1024/16)^2 = 4096 image tokens"},
       {"hunyuanvideo", "tencent/HunyuanVideo config: 24 heads x 128 (3072), RMSNorm on Q/K per head, fused QKV",
@@ -81,12 +81,13 @@ std::vector<Case> model_cases(const ModelLayer& m, const std::string& label, int
   std::vector<Case> out;
   for (const LayoutChoice& lc : kLayouts) {
     std::string why;
-    if (heads % (lc.tp * lc.ulysses) != 0)
-      why = std::to_string(heads) + " heads do not divide by " + std::to_string(lc.tp * lc.ulysses);
+    // Shards and head slices may be uneven (balanced); TP needs whole heads per rank.
+    if (heads % lc.tp != 0)
+      why = std::to_string(heads) + " heads do not divide by tp = " + std::to_string(lc.tp);
+    else if (heads / lc.tp < lc.ulysses)
+      why = std::to_string(heads / lc.tp) + " heads per TP rank are fewer than " + std::to_string(lc.ulysses) + " ranks";
     else if (m.qk_norm == NormKind::kRmsAcrossHeads && lc.tp > 1)
       why = "RMS norm across heads needs every head of a token on one rank (tp = 1)";
-    else if (tokens % lc.ulysses != 0)
-      why = std::to_string(tokens) + " tokens do not divide by " + std::to_string(lc.ulysses);
     if (!why.empty()) {
       if (left_out) *left_out += std::string(*left_out->c_str() ? "; " : "") + lc.tag + ": " + why;
       continue;
@@ -137,17 +138,22 @@ std::vector<Preset> model_presets() {
       v.back().cases = [mp, label, tokens] { return model_cases(*mp, label, tokens, mp->heads, true, nullptr); };
     }
     // The simulation twin: 8 heads (or the model's count if smaller) keep every layout
-    // the model allows; 64 tokens per Ulysses-8 shard are plenty for a CPU.
+    // the model allows, 128 tokens plus the model's remainder modulo 8 keep its uneven
+    // shards (SD3's 4429 tokens: 133); 16 tokens per Ulysses-8 shard are plenty for a CPU.
     std::string left;
     const int twin_heads = m.heads % 8 == 0 ? 8 : 12 % m.heads == 0 ? m.heads : 4;
-    model_cases(m, "sim", 128, twin_heads, false, &left);
+    const int64_t twin_tokens = 128 + m.resolutions.front().second % 8;
+    model_cases(m, "sim", twin_tokens, twin_heads, false, &left);
     v.push_back({"", "", nullptr});
     v.back().name = std::string(m.name) + "-sim";
     v.back().description = std::string("Simulation-sized twin of ") + m.name + ": " + std::to_string(twin_heads) +
-                                 " heads x " + std::to_string(m.head_dim) + ", 128 tokens, same norm, projection and layouts. Source: " +
+                                 " heads x " + std::to_string(m.head_dim) + ", " + std::to_string(twin_tokens) +
+                                 " tokens, same norm, projection and layouts. Source: " +
                                  m.source + "." + (left.empty() ? "" : " Layouts left out: " + left + ".");
     const ModelLayer* mp = &m;
-    v.back().cases = [mp, twin_heads] { return model_cases(*mp, "sim", 128, twin_heads, false, nullptr); };
+    v.back().cases = [mp, twin_heads, twin_tokens] {
+      return model_cases(*mp, "sim", twin_tokens, twin_heads, false, nullptr);
+    };
   }
   return v;
 }

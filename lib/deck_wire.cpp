@@ -490,8 +490,10 @@ Deck read_deck_on_root(const std::string& path, MPI_Comm comm, double timeout_s)
 // ---------------------------------------------------------------- memory estimate
 //
 // Notation (docs/math.md, "Shapes"): es = dtype_size(dtype); B batch, S seq_len, H heads,
-// D head_dim, C = H*D; U = ulysses (resolved for `world`), tp; Sl = S/U; Ht = H/tp;
-// Ct = Ht*D; M = B*Sl (this rank's tokens); B*S*Hl*D = M*Ct (Hl = Ht/U). P = the number
+// D head_dim, C = H*D; U = ulysses (resolved for `world`), tp; Sl = ceil(S/U) (the largest
+// shard: splits may be uneven); Ht = H/tp; Ct = Ht*D; M = B*Sl (the most tokens of a rank);
+// "M*Ct" below stands for the larger of M*Ct and B*S*ceil(Ht/U)*D (a scatter result: with
+// even splits the two are equal, B*S*Hl*D = M*Ct with Hl = Ht/U). P = the number
 // of (transport, schedule) pairs, T = repeats*iterations. What is alive, and when, in
 // the run driver (lib/run.cpp) for one case:
 //
@@ -574,14 +576,15 @@ size_t estimate_case_bytes_per_rank(const Case& c, int world, bool rank0, bool s
   const uint64_t B = pos(c.batch), S = pos(c.seq_len), H = pos(c.heads), D = pos(c.head_dim);
   const uint64_t tp = static_cast<uint64_t>(tp_i), U = static_cast<uint64_t>(u_i);
   const uint64_t W = static_cast<uint64_t>(world > 0 ? world : 1);
-  const uint64_t C = mul({H, D}), Sl = S / U, Ht = H / tp, Ct = mul({Ht, D}), M = mul({B, Sl});
+  const uint64_t C = mul({H, D}), Sl = (S + U - 1) / U, Ht = H / tp, Ct = mul({Ht, D}), M = mul({B, Sl});
   const uint64_t N = c.qk_norm == NormKind::kNone ? 0 : c.qk_norm == NormKind::kRmsAcrossHeads ? C : D;
   const uint64_t norm_vecs = c.qk_norm == NormKind::kLayerPerHead ? 4 : c.qk_norm == NormKind::kNone ? 0 : 2;
   const uint64_t P = mul({c.transports.size(), c.schedules.size(), 1 + c.ablations.size()});
   const uint64_t T = mul({pos(c.repeats), pos(c.iterations)});
   const uint64_t stages = static_cast<uint64_t>(kNumStages) + 1;
 
-  const uint64_t MC = mul({M, C}), MCt = mul({M, Ct}), CCt = mul({C, Ct});
+  const uint64_t MC = mul({M, C}), MCt = max_of({mul({M, Ct}), mul({B, S, (Ht + U - 1) / U, D})}),
+                 CCt = mul({C, Ct});
   const uint64_t norms = mul({norm_vecs, N, f4});
 
   const uint64_t host_data = add({mul({add({MC, mul({3, CCt}), CCt}), f4}), norms});

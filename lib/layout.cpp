@@ -1,6 +1,8 @@
 // Layout math: ranks -> (tp_rank, u_rank), sequence shards and head slices.
 #include "lib/layout.hpp"
 
+#include <algorithm>
+
 #include "base/error.hpp"
 
 namespace uipc {
@@ -38,10 +40,13 @@ Layout make_layout(const Case& c, int world, int rank) {
   l.u_rank = l.rank_order == RankOrder::kTpInner ? rank / l.tp : rank % l.ulysses;
   l.batch = c.batch;
   l.seq = c.seq_len;
-  l.seq_local = c.seq_len / l.ulysses;
+  // Balanced: S/U tokens and Ht/U heads, the first S%U (Ht%U) ranks one more.
+  l.seq_local = c.seq_len / l.ulysses + (l.u_rank < c.seq_len % l.ulysses ? 1 : 0);
+  l.seq_offset = l.u_rank * (c.seq_len / l.ulysses) + std::min<int64_t>(l.u_rank, c.seq_len % l.ulysses);
   l.heads = c.heads;
   l.heads_tp = c.heads / l.tp;
-  l.heads_local = l.heads_tp / l.ulysses;
+  l.heads_local = l.heads_tp / l.ulysses + (l.u_rank < l.heads_tp % l.ulysses ? 1 : 0);
+  l.head_offset = l.u_rank * (l.heads_tp / l.ulysses) + std::min(l.u_rank, l.heads_tp % l.ulysses);
   l.head_dim = c.head_dim;
   return l;
 }

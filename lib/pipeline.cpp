@@ -72,7 +72,7 @@ QkView LayerPipeline::qk_view(bool q) const {
 }
 
 ExchangeShape LayerPipeline::scatter_shape() const {
-  return ExchangeShape{l_.batch, l_.seq_local, l_.heads_tp, l_.head_dim, c_.dtype};
+  return ExchangeShape{l_.batch, l_.seq_local, l_.heads_tp, l_.head_dim, c_.dtype, l_.seq};
 }
 
 bool LayerPipeline::norm_applies() const { return c_.qk_norm != NormKind::kNone || c_.rope != RopeKind::kNone; }
@@ -224,7 +224,7 @@ void LayerPipeline::enqueue_layer() {
   g.tag = Tag::kO;
   g.dir = Direction::kGather;
   g.src = attn.get();
-  g.shape = ExchangeShape{l_.batch, l_.seq_local, l_.heads_tp, l_.head_dim, t};
+  g.shape = ExchangeShape{l_.batch, l_.seq_local, l_.heads_tp, l_.head_dim, t, l_.seq};
   g.barrier = true;
   set_activity("submitting the gather");
   ex_o_ = gather_.submit(g, compute_);

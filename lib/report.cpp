@@ -162,6 +162,10 @@ void write_run(const h5::Group& cg, const RunResult& r) {
     vc.write_attr("dims", std::vector<std::string>{"repeat", "iteration", "rank"});
   }
 
+  g.write_attr("tokens_per_rank", r.tokens_per_rank);
+  g.write_attr("heads_per_rank", r.heads_per_rank);
+  g.write_attr("token_imbalance", r.token_imbalance);
+  g.write_attr("head_imbalance", r.head_imbalance);
   g.write_attr("steps", r.steps);
   if (!r.step_max_abs.empty()) {
     const std::vector<std::string> dims{"step"};

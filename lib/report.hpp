@@ -63,6 +63,10 @@ struct RunResult {
   // against the case's first exact run of the same schedule (NaN for that run itself),
   // and the inter-node bytes of the step's first layer, all ranks together, sent and
   // what full communication sends (hier; 0 for transports without an inter-node phase).
+  // The layout's balance (uneven shards or head slices): per rank its tokens before the
+  // scatter and its heads after it, and max/mean of each (1 when even).
+  std::vector<int64_t> tokens_per_rank, heads_per_rank;
+  double token_imbalance = 1, head_imbalance = 1;
   int steps = 1;
   std::vector<double> step_max_abs, step_rel_l2, step_vs_exact_max_abs, step_vs_exact_rel_l2;
   std::vector<int64_t> step_inter_bytes_sent, step_inter_bytes_full;

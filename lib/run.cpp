@@ -46,24 +46,32 @@ std::string mpi_version() {
 }
 
 // The reference rows of every rank's shard, sent from rank 0 (which computed the dense
-// layer) to their owners. Returns this rank's (B, S/U, C) reference values.
+// layer) to their owners. Returns this rank's (B, S_local, C) reference values (shards
+// may differ by a token: a scatter of variable counts).
 std::vector<float> distribute_reference(const std::vector<float>& full, const Case& c, const Layout& l,
                                         double timeout_s) {
-  const int64_t C = c.width(), S = c.seq_len, Sl = l.seq_local;
-  const size_t shard = static_cast<size_t>(l.batch * Sl * C);
+  const int64_t C = c.width(), S = c.seq_len;
+  const size_t shard = static_cast<size_t>(l.batch * l.seq_local * C);
   std::vector<float> sendbuf, mine(shard);
-  if (l.rank == 0) {
-    sendbuf.resize(shard * static_cast<size_t>(l.world));
-    for (int r = 0; r < l.world; ++r) {
-      const int64_t u = make_layout(c, l.world, r).u_rank;
+  std::vector<int> counts(static_cast<size_t>(l.world)), displs(static_cast<size_t>(l.world));
+  int64_t at = 0;
+  for (int r = 0; r < l.world; ++r) {
+    const Layout lr = make_layout(c, l.world, r);
+    const int64_t n = l.batch * lr.seq_local * C;
+    UIPC_CHECK(at + n <= static_cast<int64_t>(INT32_MAX), "reference too large for MPI_Scatterv");
+    counts[static_cast<size_t>(r)] = static_cast<int>(n);
+    displs[static_cast<size_t>(r)] = static_cast<int>(at);
+    if (l.rank == 0) {
+      sendbuf.resize(static_cast<size_t>(at + n));
       for (int64_t b = 0; b < l.batch; ++b)
-        std::copy_n(full.begin() + (b * S + u * Sl) * C, Sl * C, sendbuf.begin() + r * shard + b * Sl * C);
+        std::copy_n(full.begin() + (b * S + lr.seq_offset) * C, lr.seq_local * C,
+                    sendbuf.begin() + at + b * lr.seq_local * C);
     }
+    at += n;
   }
-  UIPC_CHECK(shard <= static_cast<size_t>(INT32_MAX), "reference shard too large for MPI_Scatter");
   MPI_Request req;
-  UIPC_MPI_CHECK(MPI_Iscatter(sendbuf.data(), static_cast<int>(shard), MPI_FLOAT, mine.data(), static_cast<int>(shard),
-                              MPI_FLOAT, 0, MPI_COMM_WORLD, &req));
+  UIPC_MPI_CHECK(MPI_Iscatterv(sendbuf.data(), counts.data(), displs.data(), MPI_FLOAT, mine.data(),
+                               static_cast<int>(shard), MPI_FLOAT, 0, MPI_COMM_WORLD, &req));
   wait_bounded(&req, 1, timeout_s, "the dense reference of case '" + c.name + "' (computed by rank 0)", {0});
   return mine;
 }
@@ -529,6 +537,20 @@ int run_deck(const RunOptions& opt) {
         const int64_t layers = static_cast<int64_t>(c.repeats) * steps * (c.warmup + c.iterations);
         rr.handshakes_per_layer = static_cast<int>(st.handshakes / std::max<int64_t>(1, layers));
         rr.ulysses_nodes = unodes.nodes();
+        {
+          int64_t tokens = 0, heads = 0, most_tokens = 0, most_heads = 0;
+          for (int r = 0; r < world; ++r) {
+            const Layout lr = make_layout(c, world, r);
+            rr.tokens_per_rank.push_back(lr.seq_local);
+            rr.heads_per_rank.push_back(lr.heads_local);
+            tokens += lr.seq_local;
+            heads += lr.heads_local;
+            most_tokens = std::max<int64_t>(most_tokens, lr.seq_local);
+            most_heads = std::max<int64_t>(most_heads, lr.heads_local);
+          }
+          rr.token_imbalance = static_cast<double>(most_tokens) * world / static_cast<double>(tokens);
+          rr.head_imbalance = static_cast<double>(most_heads) * world / static_cast<double>(heads);
+        }
         rr.hier_chunks = sel.used == "hier" || sel.used == "hier-vmajor" ? opt.hier_chunks : 0;
         rr.cache_hits = st.cache_hits;
         rr.cache_misses = st.cache_misses;

@@ -487,21 +487,23 @@ TEST(DeckErrors, NonPositiveAndAbsurdSizes) {
   expect_bad_case(a, {"transports", "approximate"});
 }
 
+// Heads must divide by tp; Ulysses splits may be uneven (balanced), but every rank needs a
+// head and a token.
 TEST(DeckErrors, Divisibility) {
   Attrs a = good_case();
   a["heads"] = int64_t{6};
   a["tp"] = int64_t{4};
   expect_bad_case(a, {"heads", "not divisible by tp = 4"});
   a = good_case();
-  a["heads"] = int64_t{8};
+  a["heads"] = int64_t{4};
   a["tp"] = int64_t{2};
   a["ulysses"] = int64_t{3};
   a["seq_len"] = int64_t{300};
-  expect_bad_case(a, {"heads", "heads/tp = 4 is not divisible by ulysses = 3"});
+  expect_bad_case(a, {"heads", "heads/tp = 2 is fewer than ulysses = 3"});
   a = good_case();
   a["ulysses"] = int64_t{4};
-  a["seq_len"] = int64_t{100 + 2};
-  expect_bad_case(a, {"seq_len", "102 is not divisible by ulysses = 4"});
+  a["seq_len"] = int64_t{3};
+  expect_bad_case(a, {"seq_len", "3 tokens are fewer than ulysses = 4"});
   a = good_case();
   a["qk_norm"] = std::string("rms_across_heads");
   a["tp"] = int64_t{2};
@@ -544,15 +546,17 @@ TEST(DeckErrors, WorldSize) {
     EXPECT_NE(std::string(e.what()).find("tp = 2"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("this run has 3"), std::string::npos) << e.what();
   }
-  c.tp = 1;  // 8 heads on 3 ranks: valid alone, not for this world
+  c.tp = 1;
+  c.heads = 2;  // 2 heads on 3 ranks: valid alone, not for this world (a rank without a head)
   try {
     uipc::validate_case_for_world(c, 3);
     ADD_FAILURE() << "no throw";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("heads"), std::string::npos) << e.what();
   }
-  c.heads = 6;
-  c.seq_len = 256;  // heads fine on 3 ranks, the sequence is not
+  c.heads = 7;
+  EXPECT_NO_THROW(uipc::validate_case_for_world(c, 3));  // uneven splits: 7 heads, 256 tokens on 3 ranks
+  c.seq_len = 2;  // heads fine on 3 ranks, 2 tokens are not
   try {
     uipc::validate_case_for_world(c, 3);
     ADD_FAILURE() << "no throw";

@@ -92,6 +92,37 @@ TEST(Layout, TpInnerKeepsTpGroupsConsecutive) {
   EXPECT_EQ(make_layout(c, 4, 1).ulysses_group(), (std::vector<int>{0, 1}));
 }
 
+// Uneven splits (docs/math.md): balanced, the first S%U ranks one token more and the first
+// Ht%U one head more; shards tile the sequence and slices the TP heads, each once.
+TEST(Layout, UnevenShardsAndHeadsAreBalancedAndTile) {
+  for (int u : {2, 3, 4, 8}) {
+    for (int64_t seq : {int64_t{4429}, int64_t{67}, int64_t{u} * 5}) {
+      for (int heads : {12, 7, 2 * u}) {
+        if (heads < u) continue;
+        Case c = make_case(heads, seq, u, 1);
+        int64_t next_token = 0;
+        int next_head = 0;
+        for (int r = 0; r < u; ++r) {
+          Layout l = make_layout(c, u, r);
+          EXPECT_EQ(l.pos_offset(), next_token);
+          EXPECT_EQ(l.head_offset, next_head);
+          EXPECT_EQ(l.seq_local, seq / u + (r < seq % u ? 1 : 0)) << "u " << u << " seq " << seq << " rank " << r;
+          EXPECT_EQ(l.heads_local, heads / u + (r < heads % u ? 1 : 0));
+          next_token += l.seq_local;
+          next_head += l.heads_local;
+        }
+        EXPECT_EQ(next_token, seq);
+        EXPECT_EQ(next_head, heads);
+      }
+    }
+  }
+  // Wan2.1-1.3B at Ulysses8: 12 heads as 2, 2, 2, 2, 1, 1, 1, 1.
+  Case wan = make_case(12, 32760, 8, 1);
+  EXPECT_EQ(make_layout(wan, 8, 3).heads_local, 2);
+  EXPECT_EQ(make_layout(wan, 8, 4).heads_local, 1);
+  EXPECT_EQ(make_layout(wan, 8, 4).head_offset, 8);
+}
+
 TEST(Layout, ZeroUlyssesMeansAllRanksOverTp) {
   Case c = make_case(8, 64, 0, 2);
   Layout l = make_layout(c, 8, 5);
@@ -102,8 +133,8 @@ TEST(Layout, ZeroUlyssesMeansAllRanksOverTp) {
 
 TEST(Layout, ImpossibleLayoutsAreInputErrors) {
   EXPECT_THROW(make_layout(make_case(8, 64, 4, 1), 2, 0), InputError);   // world != tp * ulysses
-  EXPECT_THROW(make_layout(make_case(6, 64, 4, 1), 4, 0), InputError);   // heads not divisible
-  EXPECT_THROW(make_layout(make_case(8, 66, 4, 1), 4, 0), InputError);   // sequence not divisible
+  EXPECT_THROW(make_layout(make_case(3, 64, 4, 1), 4, 0), InputError);   // fewer heads than ranks
+  EXPECT_THROW(make_layout(make_case(8, 3, 4, 1), 4, 0), InputError);    // fewer tokens than ranks
   EXPECT_THROW(make_layout(make_case(8, 64, 0, 2), 3, 0), InputError);   // world not divisible by tp
   try {
     make_layout(make_case(8, 64, 4, 2), 4, 0);

@@ -178,7 +178,7 @@ TEST_P(TransportTest, ScatterAndGatherAreBitExact) {
     }
     for (auto& e : ex) e->wait(*f.compute);
     f.compute->synchronize();
-    const size_t n = static_cast<size_t>(exchange_result_elems(s));
+    const size_t n = static_cast<size_t>(exchange_result_elems(s, Direction::kScatter, world_rank(), world_size()));
     for (int i = 0; i < 3; ++i) {
       const int j = tags[i] == Tag::kQ ? 0 : tags[i] == Tag::kK ? 1 : 2;
       ASSERT_EQ(read_back(*f.dev, ex[i]->data(), n), expected_scatter(seed, j, s, me, P))
@@ -207,7 +207,7 @@ TEST_P(TransportTest, OwnSliceWrittenByItsProducerIsNeverCopied) {
   const uint64_t seed = shared_seed();
   ExchangeShape s{2, 3, 2 * P, 8, DType::kBF16};
   const int64_t row = s.heads * s.head_dim, hl = s.heads / P;
-  const size_t n = static_cast<size_t>(exchange_result_elems(s));
+  const size_t n = static_cast<size_t>(exchange_result_elems(s, Direction::kScatter, world_rank(), world_size()));
   for (int epoch = 0; epoch < 6; ++epoch) {
     const Tag tags[3] = {Tag::kV, Tag::kQ, Tag::kK};
     std::vector<DeviceBuffer> keep;  // sources and staged own slices live until the group is done
@@ -273,7 +273,7 @@ TEST_P(TransportTest, OneGroupPerTensorKeepsTheReleaseOrder) {
     }
     for (auto& e : ex) e->wait(*f.compute);
     f.compute->synchronize();
-    const size_t n = static_cast<size_t>(exchange_result_elems(s));
+    const size_t n = static_cast<size_t>(exchange_result_elems(s, Direction::kScatter, world_rank(), world_size()));
     for (int j = 0; j < 3; ++j)
       ASSERT_EQ(read_back(*f.dev, ex[j]->data(), n), expected_scatter(seed, static_cast<uint64_t>(j), s, me, P))
           << GetParam() << " layer " << layer << " tensor " << j;
@@ -281,6 +281,66 @@ TEST_P(TransportTest, OneGroupPerTensorKeepsTheReleaseOrder) {
   }
   EXPECT_EQ(tr->stats().handshakes, 36);
   f.finish(*tr);
+}
+
+// Uneven shards and head slices (docs/math.md: balanced, the first S%P ranks one token
+// more, the first H%P one head more): S = 3P + 1 tokens and H = 2P + 1 heads, batch 2, Q
+// K V from the strided fused view, then the gather back; bit-exact against results built
+// here from the split rule itself.
+TEST_P(TransportTest, UnevenShardsAndHeadsAreBitExact) {
+  const int P = world_size(), me = world_rank();
+  auto begin = [](int64_t n, int p, int i) { return i * (n / p) + std::min<int64_t>(i, n % p); };
+  auto count = [&](int64_t n, int p, int i) { return begin(n, p, i + 1) - begin(n, p, i); };
+  for (DType t : {DType::kBF16, DType::kFP16}) {
+    Fixture f;
+    auto tr = f.make(GetParam());
+    const uint64_t seed = shared_seed();
+    const int64_t S = 3 * P + 1, H = 2 * P + 1, D = 4, B = 2;
+    const int64_t sl = count(S, P, me), s0 = begin(S, P, me), hl = count(H, P, me), h0 = begin(H, P, me);
+    ExchangeShape s{B, sl, static_cast<int>(H), static_cast<int>(D), t, S};
+    const int64_t row = H * D;
+    std::vector<uint16_t> fused(static_cast<size_t>(B * sl * 3 * row), 0xdead);
+    for (int j = 0; j < 3; ++j)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t x = 0; x < sl; ++x)
+          for (int64_t e = 0; e < row; ++e)
+            fused[static_cast<size_t>((b * sl + x) * 3 * row + j * row + e)] =
+                element_bits(seed, 20 + j, b, s0 + x, e / D, e % D);
+    DeviceBuffer src = upload(*f.dev, fused);
+    const Tag tags[3] = {Tag::kV, Tag::kQ, Tag::kK};
+    std::unique_ptr<Exchange> ex[3];
+    for (int i = 0; i < 3; ++i) {
+      const int j = tags[i] == Tag::kQ ? 0 : tags[i] == Tag::kK ? 1 : 2;
+      ex[i] = tr->submit(Submission{tags[i], Direction::kScatter, src.as<uint16_t>() + j * row, 3 * row, s, i == 2},
+                         *f.compute);
+    }
+    for (auto& e : ex) e->wait(*f.compute);
+    f.compute->synchronize();
+    for (int i = 0; i < 3; ++i) {
+      const int j = tags[i] == Tag::kQ ? 0 : tags[i] == Tag::kK ? 1 : 2;
+      std::vector<uint16_t> want(static_cast<size_t>(B * S * hl * D));
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t sg = 0; sg < S; ++sg)
+          for (int64_t h = 0; h < hl; ++h)
+            for (int64_t d = 0; d < D; ++d)
+              want[static_cast<size_t>(((b * S + sg) * hl + h) * D + d)] = element_bits(seed, 20 + j, b, sg, h0 + h, d);
+      ASSERT_EQ(read_back(*f.dev, ex[i]->data(), want.size()), want)
+          << GetParam() << " " << dtype_name(t) << " tag " << tag_name(tags[i]) << " (rank " << me << ": " << sl
+          << " tokens, " << hl << " heads)";
+    }
+    tr->release(*f.compute);
+    auto back = tr->submit(Submission{Tag::kO, Direction::kGather, ex[2]->data(), 0, s, true}, *f.compute);
+    back->wait(*f.compute);
+    f.compute->synchronize();
+    std::vector<uint16_t> mine(static_cast<size_t>(B * sl * row));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t x = 0; x < sl; ++x)
+        for (int64_t e = 0; e < row; ++e)
+          mine[static_cast<size_t>((b * sl + x) * row + e)] = element_bits(seed, 21, b, s0 + x, e / D, e % D);  // K: ex[2]
+    ASSERT_EQ(read_back(*f.dev, back->data(), mine.size()), mine) << GetParam() << " gather";
+    tr->release(*f.compute);
+    f.finish(*tr);
+  }
 }
 
 // fp32 (4-byte elements) through the same path.
@@ -333,7 +393,7 @@ TEST_P(TransportTest, SixtyFourSkewedGroupsReuseCachedTargets) {
     eq->wait(*f.compute);
     ek->wait(*f.compute);
     f.compute->synchronize();
-    const size_t n = static_cast<size_t>(exchange_result_elems(s));
+    const size_t n = static_cast<size_t>(exchange_result_elems(s, Direction::kScatter, world_rank(), world_size()));
     ASSERT_EQ(read_back(*f.dev, eq->data(), n), expected_scatter(seed, 0, s, me, P)) << "group " << it;
     ASSERT_EQ(read_back(*f.dev, ek->data(), n), expected_scatter(seed, 1, s, me, P)) << "group " << it;
     if (it == 0) first_q = eq->data();
@@ -374,7 +434,7 @@ TEST_P(IpcProtocolTest, BoundedCacheEvictsAndStaysExact) {
     auto e = tr->submit(Submission{Tag::kV, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
     e->wait(*f.compute);
     f.compute->synchronize();
-    ASSERT_EQ(read_back(*f.dev, e->data(), static_cast<size_t>(exchange_result_elems(s))),
+    ASSERT_EQ(read_back(*f.dev, e->data(), static_cast<size_t>(exchange_result_elems(s, Direction::kScatter, world_rank(), world_size()))),
               expected_scatter(seed, 7, s, me, P));
     tr->release(*f.compute);
   }
@@ -398,7 +458,7 @@ TEST_P(IpcProtocolTest, SlowConsumerNeverSeesItsTargetOverwritten) {
     DeviceBuffer b = upload(*f.dev, make_source(seed, 3, s, me, s.heads * s.head_dim, 0));
     auto e = tr->submit(Submission{Tag::kQ, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
     e->wait(*f.compute);
-    const size_t n = static_cast<size_t>(exchange_result_elems(s));
+    const size_t n = static_cast<size_t>(exchange_result_elems(s, Direction::kScatter, world_rank(), world_size()));
     auto seen = std::make_shared<std::vector<uint16_t>>(n);
     const void* target = e->data();
     const bool slow = me == 0;
@@ -501,7 +561,7 @@ TEST(TransportSelection, IpcIsIneligibleAcrossDeclaredNodes) {
     auto e = sel.transport->submit(Submission{Tag::kQ, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
     e->wait(*f.compute);
     f.compute->synchronize();
-    ASSERT_EQ(read_back(*f.dev, e->data(), static_cast<size_t>(exchange_result_elems(s))),
+    ASSERT_EQ(read_back(*f.dev, e->data(), static_cast<size_t>(exchange_result_elems(s, Direction::kScatter, world_rank(), world_size()))),
               expected_scatter(seed, 1, s, me, P));
     f.finish(*sel.transport);
   }
@@ -662,7 +722,7 @@ TEST(VmmTransport, HostDeviceNeverCreatesADevShmEntry) {
         auto e = tr->submit(Submission{Tag::kV, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
         e->wait(*f.compute);
         f.compute->synchronize();
-        ASSERT_EQ(read_back(*f.dev, e->data(), static_cast<size_t>(exchange_result_elems(s))),
+        ASSERT_EQ(read_back(*f.dev, e->data(), static_cast<size_t>(exchange_result_elems(s, Direction::kScatter, world_rank(), world_size()))),
                   expected_scatter(seed, 5, s, me, P))
             << path;
         tr->release(*f.compute);
@@ -766,7 +826,7 @@ TEST(HierTransport, ChunkedScatterAndGatherAreBitExact) {
       }
       for (auto& e : ex) e->wait(*f.compute);
       f.compute->synchronize();
-      const size_t n = static_cast<size_t>(exchange_result_elems(s));
+      const size_t n = static_cast<size_t>(exchange_result_elems(s, Direction::kScatter, world_rank(), world_size()));
       for (int i = 0; i < 3; ++i) {
         const int j = tags[i] == Tag::kQ ? 0 : tags[i] == Tag::kK ? 1 : 2;
         ASSERT_EQ(read_back(*f.dev, ex[i]->data(), n), expected_scatter(seed, 10 + j, s, me, P))
@@ -808,7 +868,7 @@ TEST(HierTransport, InterNodeMessagesAreOnePerRemoteNodeOnTheRail) {
     auto e = sel.transport->submit(Submission{Tag::kV, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
     e->wait(*f.compute);
     f.compute->synchronize();
-    ASSERT_EQ(read_back(*f.dev, e->data(), static_cast<size_t>(exchange_result_elems(s))),
+    ASSERT_EQ(read_back(*f.dev, e->data(), static_cast<size_t>(exchange_result_elems(s, Direction::kScatter, world_rank(), world_size()))),
               expected_scatter(seed, 5, s, me, P));
     const int K = std::min<int>(3, L * static_cast<int>(s.seq_local));
     ASSERT_EQ(static_cast<int>(log.size()), static_cast<int>(s.batch) * K) << "one exchange per chunk";

@@ -95,9 +95,15 @@ def _(f):
     f.attrs["schema_version"] = 99
 
 
-@deck("heads_not_divisible.h5", "heads/tp = 6 is not divisible by ulysses = 4")
+@deck("heads_not_divisible.h5", "heads: 6 is not divisible by tp = 4")
 def _(f):
     f["cases/c1"].attrs["heads"] = 6
+    f["cases/c1"].attrs["tp"] = 4
+
+
+@deck("fewer_heads_than_ranks.h5", "heads/tp = 3 is fewer than ulysses = 4")
+def _(f):
+    f["cases/c1"].attrs["heads"] = 3
     f["cases/c1"].attrs["ulysses"] = 4
 
 

@@ -251,8 +251,8 @@ def test_help_of_every_command_comes_from_cli11_on_rank_0_only(app, run):
 
 def test_bad_decks_exit_2(app, run, tmp_path):
     cases = {
-        "heads_not_divisible": dict(heads=6, ulysses=4),
-        "seq_not_divisible": dict(seq_len=130, ulysses=4),
+        "fewer_heads_than_ranks": dict(heads=3, ulysses=4),
+        "fewer_tokens_than_ranks": dict(seq_len=3, ulysses=4),
         "unknown_transport": dict(transports="carrier-pigeon"),
         "unknown_schedule": dict(schedules="z-first"),
     }
