@@ -69,10 +69,10 @@ NodeInfo node_info(MPI_Comm comm) {
   return NodeInfo{owned.rank(), owned.size()};
 }
 
-std::vector<int> world_ranks(MPI_Comm comm) {
+std::vector<int> ranks_in(MPI_Comm comm, MPI_Comm parent) {
   MPI_Group g, w;
   UIPC_MPI_CHECK(MPI_Comm_group(comm, &g));
-  UIPC_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &w));
+  UIPC_MPI_CHECK(MPI_Comm_group(parent, &w));
   int n = 0;
   UIPC_MPI_CHECK(MPI_Group_size(g, &n));
   std::vector<int> mine(static_cast<size_t>(n)), out(static_cast<size_t>(n));

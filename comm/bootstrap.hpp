@@ -41,9 +41,10 @@ struct NodeInfo {
   int local_size = 1;
 };
 NodeInfo node_info(MPI_Comm comm);
-// The MPI_COMM_WORLD rank of every rank of `comm` (local, no messages): what messages
-// about a peer name.
-std::vector<int> world_ranks(MPI_Comm comm);
+// The rank in `parent` of every rank of `comm` (all of whose ranks are in `parent`;
+// local, no messages), and the MPI_COMM_WORLD ranks: what messages about a peer name.
+std::vector<int> ranks_in(MPI_Comm comm, MPI_Comm parent);
+inline std::vector<int> world_ranks(MPI_Comm comm) { return ranks_in(comm, MPI_COMM_WORLD); }
 
 // Waits for n requests, giving up after timeout_s with a PeerTimeout naming `what`
 // and, where peer_of_request says whom each request talks to, the ranks missing. Polls

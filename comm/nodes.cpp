@@ -49,16 +49,8 @@ std::string NodeLayout::describe() const {
 }
 
 NodeLayout NodeLayout::of(MPI_Comm sub, MPI_Comm parent) const {
-  MPI_Group gs, gp;
-  UIPC_MPI_CHECK(MPI_Comm_group(sub, &gs));
-  UIPC_MPI_CHECK(MPI_Comm_group(parent, &gp));
-  int n = 0;
-  UIPC_MPI_CHECK(MPI_Group_size(gs, &n));
-  std::vector<int> mine(static_cast<size_t>(n)), theirs(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) mine[static_cast<size_t>(i)] = i;
-  UIPC_MPI_CHECK(MPI_Group_translate_ranks(gs, n, mine.data(), gp, theirs.data()));
-  MPI_Group_free(&gs);
-  MPI_Group_free(&gp);
+  const std::vector<int> theirs = ranks_in(sub, parent);
+  const int n = static_cast<int>(theirs.size());
   NodeLayout out;
   out.declared_ranks_per_node = declared_ranks_per_node;
   std::map<int, int> renumber, count;  // parent node -> sub node; sub node -> ranks so far

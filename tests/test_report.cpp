@@ -76,32 +76,29 @@ int64_t attr_int(hid_t obj, const std::string& name) {
   return v;
 }
 
-std::vector<double> attr_doubles(hid_t obj, const std::string& name) {
+// A numeric attribute of class `cls`, all its values as T.
+template <class T>
+std::vector<T> attr_array(hid_t obj, const std::string& name, H5T_class_t cls, hid_t mem_type) {
   hid_t a = open_attr(obj, name);
   hid_t ft = H5Aget_type(a);
-  EXPECT_EQ(H5Tget_class(ft), H5T_FLOAT) << name;
+  EXPECT_EQ(H5Tget_class(ft), cls) << name;
   hid_t sp = H5Aget_space(a);
-  std::vector<double> v(static_cast<size_t>(H5Sget_simple_extent_npoints(sp)));
-  EXPECT_GE(H5Aread(a, H5T_NATIVE_DOUBLE, v.data()), 0);
+  std::vector<T> v(static_cast<size_t>(H5Sget_simple_extent_npoints(sp)));
+  EXPECT_GE(H5Aread(a, mem_type, v.data()), 0);
   H5Sclose(sp);
   H5Tclose(ft);
   H5Aclose(a);
   return v;
 }
 
+std::vector<double> attr_doubles(hid_t obj, const std::string& name) {
+  return attr_array<double>(obj, name, H5T_FLOAT, H5T_NATIVE_DOUBLE);
+}
+
 double attr_double(hid_t obj, const std::string& name) { return attr_doubles(obj, name).at(0); }
 
 std::vector<int64_t> attr_ints(hid_t obj, const std::string& name) {
-  hid_t a = open_attr(obj, name);
-  hid_t ft = H5Aget_type(a);
-  EXPECT_EQ(H5Tget_class(ft), H5T_INTEGER) << name;
-  hid_t sp = H5Aget_space(a);
-  std::vector<int64_t> v(static_cast<size_t>(H5Sget_simple_extent_npoints(sp)));
-  EXPECT_GE(H5Aread(a, H5T_NATIVE_INT64, v.data()), 0);
-  H5Sclose(sp);
-  H5Tclose(ft);
-  H5Aclose(a);
-  return v;
+  return attr_array<int64_t>(obj, name, H5T_INTEGER, H5T_NATIVE_INT64);
 }
 
 template <class T>

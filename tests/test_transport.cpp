@@ -149,6 +149,16 @@ DeviceBuffer upload(Device& dev, const std::vector<uint16_t>& v) {
   return b;
 }
 
+// One good group: it warms the target cache (no host collective in the next group).
+void warm_one_group(Fixture& f, Transport& tr, const DeviceBuffer& b, const ExchangeShape& s) {
+  auto e = tr.submit(Submission{Tag::kQ, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
+  e->wait(*f.compute);
+  f.compute->synchronize();
+  tr.release(*f.compute);
+  f.compute->synchronize();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 class TransportTest : public ::testing::TestWithParam<std::string> {};
 
 // Q, K, V as three tags of one group, V from a strided fused view, then the gather
@@ -612,13 +622,7 @@ TEST_P(IpcProtocolTest, WatchdogNamesAPeerThatNeverArrives) {
   DeviceBuffer b = f.dev->alloc(1 << 16);  // declared first: freed after the transport drains its copies
   auto tr = f.make(GetParam());
   ExchangeShape s{1, 2, P, 4, DType::kBF16};
-  // One good group warms the cache (no host collective in the next one).
-  auto e = tr->submit(Submission{Tag::kQ, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
-  e->wait(*f.compute);
-  f.compute->synchronize();
-  tr->release(*f.compute);
-  f.compute->synchronize();
-  MPI_Barrier(MPI_COMM_WORLD);
+  warm_one_group(f, *tr, b, s);
   if (me == P - 1) {
     // The last rank stays away for longer than the watchdog.
     std::this_thread::sleep_for(std::chrono::milliseconds(2500));
@@ -901,12 +905,7 @@ TEST(HierTransport, AnAbsentPeerOnEitherSideOfTheLinkIsNamed) {
   DeviceBuffer b = f.dev->alloc(1 << 16);  // declared first: freed after the transport drains its copies
   auto tr = f.make("hier");
   ExchangeShape s{1, 2, P, 4, DType::kBF16};
-  auto e = tr->submit(Submission{Tag::kQ, Direction::kScatter, b.get(), 0, s, true}, *f.compute);
-  e->wait(*f.compute);
-  f.compute->synchronize();
-  tr->release(*f.compute);
-  f.compute->synchronize();
-  MPI_Barrier(MPI_COMM_WORLD);
+  warm_one_group(f, *tr, b, s);
   const int absent = 3;  // node 1: rank 2 is its node-mate, rank 1 its rail peer
   if (me == absent) {
     std::this_thread::sleep_for(std::chrono::milliseconds(3000));

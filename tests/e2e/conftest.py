@@ -34,6 +34,16 @@ def run(app):
     return _run
 
 
+def run_attrs(report):
+    """(case, run name, {attribute: value}) for every run of a report, in run order."""
+    import h5py
+    with h5py.File(report, "r") as f:
+        for case in f.attrs["cases"]:
+            g = f["cases"][case]
+            for run in g.attrs["runs"]:
+                yield case, run, {k: g[run].attrs[k] for k in g[run].attrs}
+
+
 def shm_entries() -> set[str]:
     """This program's shared-memory segments currently in /dev/shm."""
     return {p.name for p in pathlib.Path("/dev/shm").glob("uipc*")}

@@ -54,9 +54,9 @@ def segments_of(pids) -> set[str]:
 class Run:
     """mpirun ulysses-ipc in the background, its stdout and stderr read as they come."""
 
-    def __init__(self, app, deck, report, np_, extra_env=None):
+    def __init__(self, app, deck, report, np_, extra_env=None, extra_args=()):
         cmd = ["mpirun", "-np", str(np_), "--oversubscribe", app, str(deck), "-o", str(report),
-               "--watchdog", str(WATCHDOG_S)]
+               "--watchdog", str(WATCHDOG_S), *extra_args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      errors="replace", env=mpi_env(extra_env))
         self.out, self.err = [], []

@@ -5,23 +5,15 @@ the report says about the nodes, the fallbacks (ipc across nodes, hier on one no
 the run failing cleanly when a peer stops or dies on either side of the inter-node link."""
 import os
 import signal
-import subprocess
 import time
 
 import h5py
 import numpy as np
 import pytest
 
-from conftest import mpi_env, shm_entries
+from conftest import run_attrs as runs_of, shm_entries
 from test_app import _long_deck, make_deck
-
-
-def runs_of(report):
-    with h5py.File(report, "r") as f:
-        for case in f.attrs["cases"]:
-            g = f["cases"][case]
-            for run in g.attrs["runs"]:
-                yield case, run, {k: g[run].attrs[k] for k in g[run].attrs}
+from test_faults import Run, rank_pids
 
 
 def hier_deck(app, path, ulysses, batch=2, seq_len=96):
@@ -160,32 +152,6 @@ def test_declared_nodes_must_divide_the_world(app, run, tmp_path):
     assert not (tmp_path / "r.h5").exists()
 
 
-def _start(app, deck, report, extra_env=None):
-    cmd = ["mpirun", "-np", "4", "--oversubscribe", app, str(deck), "-o", str(report), "--watchdog", "3",
-           "--ranks-per-node", "2"]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env(extra_env))
-
-
-def _ranks(proc):
-    """{MPI rank: pid} of mpirun's 4 rank processes."""
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout
-        ranks = {}
-        for pid in (int(x) for x in out.split()):
-            try:
-                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-            except OSError:
-                continue
-            for kv in env:
-                if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
-                    ranks[int(kv.split(b"=", 1)[1])] = pid
-        if len(ranks) == 4:
-            return ranks
-        time.sleep(0.2)
-    pytest.fail("the 4 ranks did not start")
-
-
 @pytest.mark.parametrize("fault", ["SIGSTOP", "SIGKILL"])
 def test_a_peer_lost_mid_run_on_either_side_of_the_link(app, tmp_path, fault):
     """2 nodes x 2: rank 2 (node 1) is the rail peer of rank 0 and the node-mate of rank 3.
@@ -196,19 +162,15 @@ def test_a_peer_lost_mid_run_on_either_side_of_the_link(app, tmp_path, fault):
     deck = _long_deck(app, tmp_path, "hier")
     report = tmp_path / "r.h5"
     env = {"OMPI_MCA_orte_enable_recovery": "1"} if fault == "SIGKILL" else None
-    proc = _start(app, deck, report, env)
+    proc = Run(app, deck, report, 4, env, extra_args=("--ranks-per-node", "2"))
     try:
-        pids = _ranks(proc)
+        pids = rank_pids(proc, 4)
         time.sleep(4.0)  # well into the timed layers
-        assert proc.poll() is None, "the run ended before the fault:\n" + proc.stderr.read()
+        assert proc.poll() is None, "the run ended before the fault:\n" + "".join(proc.err)
         os.kill(pids[2], getattr(signal, fault))
-        t0 = time.time()
-        out, err = proc.communicate(timeout=60)
-        took = time.time() - t0
+        err, took = proc.finish(60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        proc.kill()
         if fault == "SIGSTOP":
             try:
                 os.kill(pids[2], signal.SIGKILL)
@@ -219,7 +181,7 @@ def test_a_peer_lost_mid_run_on_either_side_of_the_link(app, tmp_path, fault):
              and ("peer 2 did not arrive" in l or "rank(s) 2 did not arrive" in l)]
     assert named, f"no survivor named rank 2:\n{err}"
     if fault == "SIGSTOP":
-        assert proc.returncode == 4, err
+        assert proc.proc.returncode == 4, err
     else:
         assert "MPI_ABORT was invoked" in err and "errorcode 4" in err, err
     assert not report.exists() and not list(tmp_path.glob("r.h5.tmp-*")), "a report was written"

@@ -6,15 +6,8 @@ import h5py
 import numpy as np
 import pytest
 
+from conftest import run_attrs as runs_of
 from test_app import make_deck
-
-
-def runs_of(report):
-    with h5py.File(report, "r") as f:
-        for case in f.attrs["cases"]:
-            g = f["cases"][case]
-            for run in g.attrs["runs"]:
-                yield case, run, {k: g[run].attrs[k] for k in g[run].attrs}
 
 
 def balanced(n, p):

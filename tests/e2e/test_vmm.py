@@ -4,18 +4,9 @@ parity, what carried the scatter, one grouped handshake per layer, the cached ta
 the fallback when vmm is not eligible, and the output gather riding on vmm."""
 import subprocess
 
-import h5py
 import pytest
 
-from conftest import shm_entries
-
-
-def runs_of(report):
-    with h5py.File(report, "r") as f:
-        for case in f.attrs["cases"]:
-            g = f["cases"][case]
-            for run in g.attrs["runs"]:
-                yield case, run, {k: g[run].attrs[k] for k in g[run].attrs}
+from conftest import run_attrs as runs_of, shm_entries
 
 
 @pytest.fixture
