@@ -19,6 +19,7 @@
 #include "base/error.hpp"
 #include "comm/cuda_device.hpp"
 #include "comm/fd_exchange.hpp"
+#include "comm/collectives.hpp"
 #include "comm/nccl_collectives.hpp"
 
 namespace uipc {
@@ -385,6 +386,42 @@ TEST_F(NcclTest, AllToAllAndAllReduceAreExact) {
     const float ranks_sum = static_cast<float>(P * (P + 1) / 2);
     for (size_t i = 0; i < sum.size(); ++i)
       ASSERT_EQ(sum[i], ranks_sum * static_cast<float>(i % 13) + static_cast<float>(P * round)) << "element " << i;
+  }
+}
+
+// Grouped point-to-point (the hier transport's inter-node phase): every rank sends each
+// other rank a message of its own size (rank- and peer-dependent, some empty) and receives
+// theirs, all in one NCCL group, twice; every byte exact, the unsent parts untouched.
+TEST_F(NcclTest, SendRecvOfUnequalSizesIsExact) {
+  auto coll = make_nccl_collectives(comm_, 60.0);
+  auto s = dev_->create_stream(StreamPriority::kNormal);
+  const int P = size_;
+  auto bytes = [](int from, int to) { return static_cast<size_t>(((from * 5 + to * 3) % 4) * 1021); };
+  for (int round = 0; round < 2; ++round) {
+    std::vector<size_t> out_at(P + 1, 0), in_at(P + 1, 0);
+    for (int p = 0; p < P; ++p) {
+      out_at[p + 1] = out_at[p] + bytes(rank_, p);
+      in_at[p + 1] = in_at[p] + bytes(p, rank_);
+    }
+    std::vector<unsigned char> send(out_at[P] + 1), got(in_at[P] + 1, 0xAB);
+    for (int p = 0; p < P; ++p)
+      for (size_t i = 0; i < bytes(rank_, p); ++i)
+        send[out_at[p] + i] = static_cast<unsigned char>(rank_ * 31 + p * 7 + i + round);
+    auto dsend = dev_->alloc(send.size()), drecv = dev_->alloc(got.size());
+    dev_->copy_to_device(dsend.get(), send.data(), send.size());
+    dev_->copy_to_device(drecv.get(), got.data(), got.size());  // poisoned
+    std::vector<PeerTransfer> xfers;
+    for (int p = 0; p < P; ++p)
+      xfers.push_back(PeerTransfer{p, dsend.as<unsigned char>() + out_at[p], bytes(rank_, p),
+                                   drecv.as<unsigned char>() + in_at[p], bytes(p, rank_)});
+    coll->send_recv(*s, xfers);
+    s->synchronize();
+    dev_->copy_to_host(got.data(), drecv.get(), got.size());
+    for (int p = 0; p < P; ++p)
+      for (size_t i = 0; i < bytes(p, rank_); ++i)
+        ASSERT_EQ(got[in_at[p] + i], static_cast<unsigned char>(p * 31 + rank_ * 7 + i + round))
+            << "round " << round << ", from rank " << p << ", byte " << i;
+    ASSERT_EQ(got[in_at[P]], 0xAB) << "a byte past the last message was written";
   }
 }
 
