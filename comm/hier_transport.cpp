@@ -5,10 +5,12 @@
 //  1. intra-node, on the IPC protocol (comm/ipc_protocol.hpp): (n, l) copies its slice
 //     for (m, j) into the relay buffer that its node-mate (n, j) keeps for node m. A
 //     relay is laid out exactly as node n's token block of (m, j)'s final layout (the
-//     node's L shards one after another, (m, j)'s heads), so ...
+//     node's L shards one after another, (m, j)'s heads), so that
 //  2. inter-node, over Collectives between ranks of the same local index (the rail,
-//     one communicator per l): (n, j) sends its relay for node m to (m, j) in one
+//     one communicator per l), (n, j) sends its relay for node m to (m, j) in one
 //     message, received straight into (m, j)'s final target at node n's token block.
+// With V-major (hier-vmajor), V's inter-node phase sends only the blocks that changed
+// enough since they were last sent (vmajor_phase2 below).
 // Slices for ranks of the own node are copied straight into their targets as in `ipc`.
 // The node block is cut into chunks (per batch, `chunks` token ranges): every rank
 // copies chunk by chunk and raises a per-writer chunk word on the relay's owner after
