@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Writes the machine files derived from the measured H200 one (h200-nvlink.json):
+
+- h100-sxm.json: an H100 SXM node from public specs. Same GH100 compute die, SM count,
+  clocks, NVLink 4 and copy engines as the H200, so compute rates, fixed costs and the
+  link are the H200's; HBM3 at 3.35 TB/s instead of HBM3e at 4.8 TB/s, so every
+  memory-bound rate (norm + RoPE, streaming kernels, SM copies) scales by 3.35/4.8.
+- h200-2node.json: two such H200 nodes of 8 GPUs, one 400 Gb/s NIC per GPU.
+
+Run it after h200-nvlink.json changes (e.g. after `ulysses-ipc model calibrate`):
+    python3 inputs/machines/derive.py
+"""
+import copy
+import json
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load(name):
+    with open(os.path.join(HERE, name + ".json")) as f:
+        return json.load(f)
+
+
+def save(name, m):
+    with open(os.path.join(HERE, name + ".json"), "w") as f:
+        json.dump(m, f, indent=2)
+        f.write("\n")
+
+
+def main():
+    h200 = load("h200-nvlink")
+    p = h200["parameters"]
+
+    h100 = copy.deepcopy(h200)
+    h100["name"] = "h100-sxm"
+    h100["description"] = ("One node of 8 NVIDIA H100 SXM GPUs (NVLink 4 through NVSwitch), derived from public specs and "
+                           "the measured H200 (inputs/machines/derive.py): same GH100 die, so compute, fixed costs and "
+                           "the link are the H200's; HBM3 3.35 TB/s scales the memory-bound rates by 3.35/4.8.")
+    q = h100["parameters"]
+    scale = 3350.0 / 4800.0
+    q["hbm_gbs"] = {"value": 3350, "unit": "GB/s", "source": "spec: H100 SXM HBM3 3.35 TB/s"}
+    for k in ("norm_rope_gbs", "stream_gbs", "sm_copy_gbs"):
+        q[k] = {"value": round(p[k]["value"] * scale, 2), "unit": "GB/s",
+                "source": f"H200's {p[k]['value']} GB/s x 3350/4800 (HBM spec ratio; derive.py)"}
+    q["sm_count"] = {"value": 132, "unit": "SMs", "source": "spec: H100 SXM, 132 SMs"}
+    for k, v in q.items():
+        if "fit" in v:
+            del v["fit"]
+            if not v["source"].startswith("H200"):
+                v["source"] = "H200's value (same die; derive.py): " + v["source"]
+    save("h100-sxm", h100)
+
+    two = copy.deepcopy(h200)
+    two["name"] = "h200-2node"
+    two["description"] = ("Two nodes of 8 NVIDIA H200 SXM GPUs, one 400 Gb/s NIC per GPU (rail-aligned), each node as "
+                          "h200-nvlink (inputs/machines/derive.py).")
+    two["topology"] = {"gpus_per_node": 8, "nodes": 2}
+    for v in two["parameters"].values():
+        v.pop("fit", None)
+    two["parameters"]["nic_gbs"] = {"value": 50, "unit": "GB/s", "source": "spec: one 400 Gb/s NIC per GPU"}
+    save("h200-2node", two)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+// Machine descriptions as JSON (nlohmann-json: a well-kept parser rather than our own),
+// checked field by field.
+#include "model/machine.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "base/error.hpp"
+
+namespace uipc::model {
+
+const std::vector<ParamSpec>& parameter_specs() {
+  static const std::vector<ParamSpec> specs = {
+      {"sm_count", "SMs", 1, 1024, "streaming multiprocessors per GPU (wave quantisation of GEMM and attention)"},
+      {"gemm_tflops", "TFLOP/s", 1, 1e5, "dense bf16/fp16 GEMM rate at full waves"},
+      {"attention_scale", "1", 0.1, 10, "factor on the attention profile's rates"},
+      {"norm_rope_gbs", "GB/s", 1, 1e5, "Q/K norm + RoPE, bytes read + written per second"},
+      {"stream_gbs", "GB/s", 1, 1e5, "contiguous memory-bound kernels (conversion, memset), bytes read + written"},
+      {"sm_copy_gbs", "GB/s", 1, 1e5, "same-device 2-D copy (runs on SMs), bytes read + written"},
+      {"hbm_gbs", "GB/s", 1, 1e6, "HBM bandwidth (spec; informational: contention is not modelled)"},
+      {"kernel_latency_us", "us", 0, 1e4, "device-side fixed cost of a kernel"},
+      {"copy_latency_us", "us", 0, 1e4, "device-side fixed cost of a copy"},
+      {"event_hop_us", "us", 0, 1e4, "a stream resumes this long after the event it waits for completes"},
+      {"memop_latency_us", "us", 0, 1e4, "a stream write or wait of a 64-bit word (each end of the handshake)"},
+      {"host_launch_us", "us", 0, 1e4, "host time to launch a kernel or a collective"},
+      {"host_copy_us", "us", 0, 1e4, "host time to issue a copy"},
+      {"host_api_us", "us", 0, 1e4, "host time of an event record, stream wait, or stream memory operation"},
+      {"copy_engines", "engines", 1, 64, "copy engines per GPU (peer copies that run on engines queue for one)"},
+      {"peer_copy_on_sm", "0/1", 0, 1, "1: peer copies run on SMs like same-device copies; 0: on copy engines"},
+      {"copy_engine_gbs", "GB/s", 1, 1e5, "most one copy engine moves"},
+      {"sm_copy_share", "1", 0.01, 1, "rate of an SM copy beside a kernel, as a fraction of its rate alone"},
+      {"kernel_share_beside_copy", "1", 0, 1, "rate of a kernel beside an SM copy, as a fraction of its rate alone"},
+      {"ipc_mapping_factor", "1", 0.1, 1, "rate of copies into legacy-IPC mappings, as a fraction of the link's"},
+      {"link_gbs", "GB/s", 1, 1e5, "NVLink per GPU and direction (egress and ingress each)"},
+      {"link_latency_us", "us", 0, 1e4, "a write over NVLink becomes visible this long after it is done"},
+      {"nic_gbs", "GB/s", 0.1, 1e4, "network per GPU and direction (one NIC per GPU)"},
+      {"nic_latency_us", "us", 0, 1e5, "network latency between nodes"},
+      {"nccl_latency_us", "us", 0, 1e5, "fixed cost of a NCCL collective"},
+      {"nccl_link_fraction", "1", 0.01, 1, "NCCL's share of the link's rate in its collectives"},
+      {"nccl_nic_fraction", "1", 0.01, 1, "NCCL's share of the NIC's rate across nodes"},
+      {"start_skew_us", "us", 0, 1e5, "ranks leave the barrier before a layer spread over this time"},
+  };
+  return specs;
+}
+
+double Machine::p(const std::string& name) const {
+  auto it = params.find(name);
+  if (it == params.end()) throw RuntimeError("machine '" + this->name + "': no parameter '" + name + "'");
+  return it->second.value;
+}
+
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& where, const std::string& what) { throw InputError(where + ": " + what); }
+
+double number(const json& j, const std::string& where, const std::string& field) {
+  if (!j.is_number()) bad(where, field + ": must be a number");
+  const double v = j.get<double>();
+  if (!std::isfinite(v)) bad(where, field + ": must be finite");
+  return v;
+}
+
+std::string text(const json& j, const std::string& where, const std::string& field) {
+  if (!j.is_string()) bad(where, field + ": must be a string");
+  return j.get<std::string>();
+}
+
+int64_t whole(const json& j, const std::string& where, const std::string& field, int64_t lo, int64_t hi) {
+  if (!j.is_number_integer()) bad(where, field + ": must be an integer");
+  const int64_t v = j.get<int64_t>();
+  if (v < lo || v > hi) bad(where, field + ": " + std::to_string(v) + " is outside [" + std::to_string(lo) + ", " +
+                                       std::to_string(hi) + "]");
+  return v;
+}
+
+void only_keys(const json& j, const std::string& where, const std::set<std::string>& allowed) {
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!allowed.count(it.key())) bad(where, "unknown field '" + it.key() + "'");
+}
+
+std::string fmt(double v) {
+  std::ostringstream s;
+  s.precision(6);
+  s << v;
+  return s.str();
+}
+
+}  // namespace
+
+Machine parse_machine(const std::string& json_text, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    bad(where, std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad(where, "must be a JSON object");
+  only_keys(j, where, {"name", "description", "topology", "parameters", "attention_profile"});
+  Machine m;
+  for (const char* f : {"name", "topology", "parameters", "attention_profile"})
+    if (!j.contains(f)) bad(where, std::string("missing field '") + f + "'");
+  m.name = text(j["name"], where, "name");
+  if (m.name.empty()) bad(where, "name: must not be empty");
+  if (j.contains("description")) m.description = text(j["description"], where, "description");
+
+  const json& topo = j["topology"];
+  if (!topo.is_object()) bad(where, "topology: must be an object");
+  only_keys(topo, where + ": topology", {"gpus_per_node", "nodes"});
+  if (!topo.contains("gpus_per_node") || !topo.contains("nodes")) bad(where, "topology: needs gpus_per_node and nodes");
+  m.gpus_per_node = static_cast<int>(whole(topo["gpus_per_node"], where, "topology.gpus_per_node", 1, 1024));
+  m.nodes = static_cast<int>(whole(topo["nodes"], where, "topology.nodes", 1, 65536));
+
+  const json& ps = j["parameters"];
+  if (!ps.is_object()) bad(where, "parameters: must be an object");
+  std::set<std::string> known;
+  for (const auto& s : parameter_specs()) known.insert(s.name);
+  for (auto it = ps.begin(); it != ps.end(); ++it)
+    if (!known.count(it.key())) bad(where, "parameters: unknown parameter '" + it.key() + "'");
+  for (const ParamSpec& s : parameter_specs()) {
+    const std::string f = std::string("parameters.") + s.name;
+    if (!ps.contains(s.name)) bad(where, "missing parameter '" + std::string(s.name) + "' (" + s.meaning + ")");
+    const json& pj = ps[s.name];
+    if (!pj.is_object()) bad(where, f + ": must be an object {\"value\": ..., \"source\": ...}");
+    only_keys(pj, where + ": " + f, {"value", "unit", "source", "fit"});
+    if (!pj.contains("value") || !pj.contains("source")) bad(where, f + ": needs a value and its source");
+    Param p;
+    p.value = number(pj["value"], where, f + ".value");
+    p.source = text(pj["source"], where, f + ".source");
+    if (p.source.empty()) bad(where, f + ".source: say where the value comes from");
+    if (pj.contains("unit") && text(pj["unit"], where, f + ".unit") != s.unit)
+      bad(where, f + ".unit: is '" + pj["unit"].get<std::string>() + "', expected '" + s.unit + "'");
+    if (p.value < s.min || p.value > s.max)
+      bad(where, f + ".value: " + fmt(p.value) + " is outside [" + fmt(s.min) + ", " + fmt(s.max) + "] " + s.unit);
+    if (pj.contains("fit")) {
+      const json& r = pj["fit"];
+      if (!r.is_array() || r.size() != 2) bad(where, f + ".fit: must be [lo, hi]");
+      p.free = true;
+      p.lo = number(r[0], where, f + ".fit[0]");
+      p.hi = number(r[1], where, f + ".fit[1]");
+      if (!(p.lo <= p.value && p.value <= p.hi) || p.lo < s.min || p.hi > s.max)
+        bad(where, f + ".fit: [" + fmt(p.lo) + ", " + fmt(p.hi) + "] must hold the value and lie in [" + fmt(s.min) +
+                       ", " + fmt(s.max) + "]");
+    }
+    m.params[s.name] = p;
+  }
+
+  const json& att = j["attention_profile"];
+  if (!att.is_array() || att.empty()) bad(where, "attention_profile: must be a non-empty array of measured points");
+  for (size_t i = 0; i < att.size(); ++i) {
+    const std::string f = "attention_profile[" + std::to_string(i) + "]";
+    const json& a = att[i];
+    if (!a.is_object()) bad(where, f + ": must be an object");
+    only_keys(a, where + ": " + f, {"head_dim", "batch", "heads", "seq", "tflops", "source"});
+    for (const char* k : {"head_dim", "batch", "heads", "seq", "tflops", "source"})
+      if (!a.contains(k)) bad(where, f + ": missing '" + k + "'");
+    AttentionPoint pt;
+    pt.head_dim = static_cast<int>(whole(a["head_dim"], where, f + ".head_dim", 1, 1024));
+    pt.batch = whole(a["batch"], where, f + ".batch", 1, 1 << 20);
+    pt.heads = whole(a["heads"], where, f + ".heads", 1, 1 << 20);
+    pt.seq = whole(a["seq"], where, f + ".seq", 1, int64_t{1} << 40);
+    pt.tflops = number(a["tflops"], where, f + ".tflops");
+    if (!(pt.tflops > 0)) bad(where, f + ".tflops: must be positive");
+    pt.source = text(a["source"], where, f + ".source");
+    if (pt.source.empty()) bad(where, f + ".source: say where the rate comes from");
+    m.attention.push_back(pt);
+  }
+  return m;
+}
+
+Machine load_machine(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path + ": cannot open the machine description");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return parse_machine(s.str(), path);
+}
+
+std::string machine_to_json(const Machine& m) {
+  json j;
+  j["name"] = m.name;
+  j["description"] = m.description;
+  j["topology"] = {{"gpus_per_node", m.gpus_per_node}, {"nodes", m.nodes}};
+  json ps = json::object();
+  for (const ParamSpec& s : parameter_specs()) {
+    const Param& p = m.params.at(s.name);
+    json pj = {{"value", p.value}, {"unit", s.unit}, {"source", p.source}};
+    if (p.free) pj["fit"] = {p.lo, p.hi};
+    ps[s.name] = pj;
+  }
+  j["parameters"] = ps;
+  json att = json::array();
+  for (const auto& a : m.attention)
+    att.push_back({{"head_dim", a.head_dim}, {"batch", a.batch}, {"heads", a.heads}, {"seq", a.seq},
+                   {"tflops", a.tflops}, {"source", a.source}});
+  j["attention_profile"] = att;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace uipc::model

@@ -1,0 +1,667 @@
+// The discrete-event simulator (model/simulator.hpp): fluid rates between events, so a
+// resource shared by several ops changes every sharer's rate at the instant one starts
+// or ends. Only stream heads and running ops are visited per event.
+#include "model/simulator.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "base/error.hpp"
+
+namespace uipc::model {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kEps = 1e-12;  // ms: times closer than this are the same instant
+
+// The machine in the units the simulator works in: ms, bytes per ms, flops per ms.
+struct Rates {
+  int sm_count, gpus_per_node, gpus;
+  double gemm, attention_scale, norm, stream, sm_copy, copy_engine, link, nic;  // per ms
+  double kernel_lat, copy_lat, hop, memop, link_lat, nic_lat, nccl_lat;         // ms
+  double host_launch, host_copy, host_api, skew;                                // ms
+  double sm_copy_share, kernel_share, ipc_factor, nccl_link, nccl_nic;
+  int engines;
+  bool peer_on_sm;
+  const Machine* m;
+
+  explicit Rates(const Machine& mc) : m(&mc) {
+    auto us = [&](const char* n) { return mc.p(n) * 1e-3; };
+    auto gbs = [&](const char* n) { return mc.p(n) * 1e6; };  // GB/s -> bytes per ms
+    sm_count = static_cast<int>(mc.p("sm_count"));
+    gpus_per_node = mc.gpus_per_node;
+    gpus = mc.gpus_per_node * mc.nodes;
+    gemm = mc.p("gemm_tflops") * 1e9;
+    attention_scale = mc.p("attention_scale");
+    norm = gbs("norm_rope_gbs");
+    stream = gbs("stream_gbs");
+    sm_copy = gbs("sm_copy_gbs");
+    copy_engine = gbs("copy_engine_gbs");
+    link = gbs("link_gbs");
+    nic = gbs("nic_gbs");
+    kernel_lat = us("kernel_latency_us");
+    copy_lat = us("copy_latency_us");
+    hop = us("event_hop_us");
+    memop = us("memop_latency_us");
+    link_lat = us("link_latency_us");
+    nic_lat = us("nic_latency_us");
+    nccl_lat = us("nccl_latency_us");
+    host_launch = us("host_launch_us");
+    host_copy = us("host_copy_us");
+    host_api = us("host_api_us");
+    skew = us("start_skew_us");
+    sm_copy_share = mc.p("sm_copy_share");
+    kernel_share = mc.p("kernel_share_beside_copy");
+    ipc_factor = mc.p("ipc_mapping_factor");
+    nccl_link = mc.p("nccl_link_fraction");
+    nccl_nic = mc.p("nccl_nic_fraction");
+    engines = static_cast<int>(mc.p("copy_engines"));
+    peer_on_sm = mc.p("peer_copy_on_sm") >= 0.5;
+  }
+  int node_of(int gpu) const { return gpu / gpus_per_node; }
+};
+
+// Fraction of the GPU's SMs busy on average over the waves of `tiles` equal tiles.
+double wave_efficiency(double tiles, int sm_count) {
+  if (tiles <= 0) return 1.0;
+  const double waves = std::ceil(tiles / sm_count);
+  return tiles / (waves * sm_count);
+}
+
+double attention_tiles(int64_t batch, int64_t heads, int64_t seq) {
+  return static_cast<double>(batch) * static_cast<double>(heads) * std::ceil(static_cast<double>(seq) / 128.0);
+}
+
+// Attention rate (flops per ms) for a shape: the profile's points of the nearest
+// head_dim, each with its own wave quantisation taken out, interpolated in log(seq)
+// (flat beyond the ends), then the shape's own quantisation put back.
+double attention_rate(const Rates& r, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
+  const auto& pts = r.m->attention;
+  int64_t best = -1;
+  for (const auto& p : pts) {
+    const int64_t d = std::llabs(p.head_dim - head_dim);
+    if (best < 0 || d < best) best = d;
+  }
+  std::vector<std::pair<double, double>> curve;  // (log seq, normalised TFLOP/s)
+  for (const auto& p : pts) {
+    if (std::llabs(p.head_dim - head_dim) != best) continue;
+    curve.emplace_back(std::log(static_cast<double>(p.seq)),
+                       p.tflops / wave_efficiency(attention_tiles(p.batch, p.heads, p.seq), r.sm_count));
+  }
+  std::sort(curve.begin(), curve.end());
+  const double x = std::log(static_cast<double>(std::max<int64_t>(seq, 1)));
+  double tf = curve.front().second;
+  if (x >= curve.back().first) {
+    tf = curve.back().second;
+  } else if (x > curve.front().first) {
+    for (size_t i = 1; i < curve.size(); ++i) {
+      if (x <= curve[i].first) {
+        const double w = (x - curve[i - 1].first) / std::max(kEps, curve[i].first - curve[i - 1].first);
+        tf = curve[i - 1].second + w * (curve[i].second - curve[i - 1].second);
+        break;
+      }
+    }
+  }
+  return tf * 1e9 * r.attention_scale * wave_efficiency(attention_tiles(batch, heads, seq), r.sm_count);
+}
+
+// Work of a kernel or local copy in ms of its standalone time (after its latency).
+double sm_work_ms(const Op& op, const Rates& r) {
+  switch (op.kind) {
+    case OpKind::kKernel:
+      switch (op.kernel) {
+        case KernelKind::kGemm: {
+          const double tiles = std::ceil(op.dims[0] / 128.0) * std::ceil(op.dims[1] / 256.0);
+          return op.flops / (r.gemm * wave_efficiency(tiles, r.sm_count));
+        }
+        case KernelKind::kAttention:
+          return op.flops / attention_rate(r, op.dims[0], op.dims[1], op.dims[2], op.dims[3]);
+        case KernelKind::kNormRope: return op.bytes / r.norm;
+        case KernelKind::kConvert:
+        case KernelKind::kNone: return op.bytes / r.stream;
+      }
+      return 0;
+    case OpKind::kMemset: return op.bytes / r.stream;
+    case OpKind::kCopy: return 2 * op.bytes / r.sm_copy;  // read and write
+    default: return 0;
+  }
+}
+
+enum class State { kPending, kBlocked, kLatency, kEngineWait, kWorking, kDone };
+enum class Work { kNone, kSm, kFlow };
+
+struct SimOp {
+  const Op* op = nullptr;
+  int rank = 0, index = 0;
+  double issue = kInf;
+  State state = State::kPending;
+  double start = 0, end = 0;
+  double phase_end = 0;      // end of the fixed latency (or of a resolved wait / collective)
+  Work work = Work::kNone;
+  bool sm_copy = false;      // takes part in SM sharing as a copy
+  bool needs_engine = false;
+  int src_gpu = 0, dst_gpu = 0;
+  double remaining = 0;      // kSm: standalone ms; kFlow: bytes
+  double cap = 0;            // kFlow: most bytes per ms it can move
+  double rate = 0;           // per ms
+  double engine_request = 0; // when it asked for a copy engine
+  bool counted = false;      // a wait already counted as satisfied before the trace
+};
+
+struct WordKey {
+  uint64_t mem, offset;
+  int private_rank;  // -1 for exported memory, else the rank whose private word it is
+  bool operator<(const WordKey& o) const {
+    return std::tie(mem, offset, private_rank) < std::tie(o.mem, o.offset, o.private_rank);
+  }
+};
+
+struct WordWrite {
+  double visible;
+  uint64_t value;
+};
+
+class Simulation {
+ public:
+  Simulation(const std::vector<RankTrace>& traces, const Machine& m) : tr_(traces), r_(m) {
+    const int world = static_cast<int>(traces.size());
+    if (world == 0) throw InputError("simulate: no traces");
+    if (world > r_.gpus)
+      throw InputError("machine '" + m.name + "' has " + std::to_string(r_.gpus) + " GPU(s) (" +
+                       std::to_string(m.nodes) + " node(s) x " + std::to_string(m.gpus_per_node) + "); the traces have " +
+                       std::to_string(world) + " ranks");
+    for (int rk = 0; rk < world; ++rk) {
+      if (traces[rk].rank != rk || traces[rk].world != world)
+        throw InputError("simulate: trace " + std::to_string(rk) + " is rank " + std::to_string(traces[rk].rank) +
+                         " of " + std::to_string(traces[rk].world) + "; expected rank " + std::to_string(rk) + " of " +
+                         std::to_string(world));
+      for (uint64_t e : traces[rk].exported) {
+        auto ins = owner_.emplace(e, rk);
+        if (!ins.second && ins.first->second != rk)
+          throw InputError("simulate: memory id " + std::to_string(e) + " is exported by ranks " +
+                           std::to_string(ins.first->second) + " and " + std::to_string(rk) +
+                           " (ambiguous memory identity)");
+      }
+    }
+    ops_.resize(world);
+    stream_ops_.resize(world);
+    heads_.resize(world);
+    host_next_.assign(world, 0);
+    host_clock_.resize(world);
+    for (int rk = 0; rk < world; ++rk) {
+      const RankTrace& t = traces[rk];
+      host_clock_[rk] = world > 1 ? r_.skew * rk / (world - 1) : 0.0;
+      ops_[rk].resize(t.ops.size());
+      stream_ops_[rk].resize(t.streams.size());
+      heads_[rk].assign(t.streams.size(), 0);
+      for (size_t i = 0; i < t.ops.size(); ++i) {
+        SimOp& s = ops_[rk][i];
+        s.op = &t.ops[i];
+        s.rank = rk;
+        s.index = static_cast<int>(i);
+        if (s.op->stream >= 0) stream_ops_[rk][s.op->stream].push_back(static_cast<int>(i));
+        classify(s);
+        if (s.op->kind == OpKind::kWriteValue) writers_[word_of(*s.op, rk)].push_back(s.op->value);
+        if (s.op->kind == OpKind::kCollective) {
+          const auto& members = t.groups[s.op->group];
+          if (std::find(members.begin(), members.end(), rk) == members.end())
+            throw InputError("simulate: rank " + std::to_string(rk) + " calls a collective of a group it is not in");
+          collectives_[{members, s.op->sequence}].push_back({rk, static_cast<int>(i)});
+        }
+      }
+    }
+    for (auto& [key, calls] : collectives_) {
+      if (calls.size() != key.first.size()) {
+        std::ostringstream msg;
+        msg << "simulate: collective #" << key.second << " of the group {";
+        for (size_t i = 0; i < key.first.size(); ++i) msg << (i ? "," : "") << key.first[i];
+        msg << "} was called by " << calls.size() << " of its " << key.first.size() << " ranks";
+        throw InputError(msg.str());
+      }
+      for (const auto& [rk, i] : calls) {
+        const Op& a = *ops_[rk][i].op;
+        const Op& b = *ops_[calls[0].first][calls[0].second].op;
+        if (a.collective != b.collective || a.bytes != b.bytes)
+          throw InputError("simulate: collective #" + std::to_string(key.second) +
+                           " differs between ranks (kind or size)");
+      }
+    }
+  }
+
+  Timeline run() {
+    double t = 0;
+    for (;;) {
+      bool changed = true;
+      while (changed) {
+        changed = false;
+        for (size_t rk = 0; rk < ops_.size(); ++rk) changed |= advance_host(static_cast<int>(rk));
+        for (size_t rk = 0; rk < ops_.size(); ++rk)
+          for (size_t s = 0; s < stream_ops_[rk].size(); ++s) changed |= advance_stream(static_cast<int>(rk), s, t);
+        changed |= grant_engines(t);
+      }
+      if (all_done()) break;
+      compute_rates();
+      double next = kInf;
+      for (size_t rk = 0; rk < ops_.size(); ++rk)
+        for (size_t s = 0; s < stream_ops_[rk].size(); ++s) {
+          SimOp* h = head(static_cast<int>(rk), s);
+          if (!h) continue;
+          if (h->state == State::kPending && h->issue > t) next = std::min(next, h->issue);
+          if ((h->state == State::kLatency || h->state == State::kBlocked) && h->phase_end > t)
+            next = std::min(next, h->phase_end);
+          if (h->state == State::kWorking && h->rate > 0) next = std::min(next, t + h->remaining / h->rate);
+        }
+      if (!(next < kInf)) throw RuntimeError(stuck_message());
+      const double dt = next - t;
+      for (SimOp* w : working_) w->remaining = std::max(0.0, w->remaining - w->rate * dt);
+      t = next;
+      for (SimOp* w : working_)
+        if (w->remaining <= w->rate * kEps + 1e-9 * std::max(1.0, w->cap)) w->remaining = 0;
+    }
+    Timeline tl;
+    tl.ranks.resize(ops_.size());
+    for (size_t rk = 0; rk < ops_.size(); ++rk)
+      for (const SimOp& s : ops_[rk]) tl.ranks[rk].push_back({s.start, s.end});
+    tl.waits_before_trace = waits_before_trace_;
+    return tl;
+  }
+
+ private:
+  using CollectiveKey = std::pair<std::vector<int>, int64_t>;
+
+  int owner_of(uint64_t mem, int rank) const {
+    if (mem == 0) return rank;
+    auto it = owner_.find(mem);
+    if (it == owner_.end())
+      throw InputError("simulate: rank " + std::to_string(rank) + " reaches memory id " + std::to_string(mem) +
+                       " that no rank exported");
+    return it->second;
+  }
+
+  WordKey word_of(const Op& op, int rank) const {
+    return op.word_mem == 0 ? WordKey{0, op.word_offset, rank} : WordKey{op.word_mem, op.word_offset, -1};
+  }
+
+  void classify(SimOp& s) {
+    const Op& op = *s.op;
+    switch (op.kind) {
+      case OpKind::kKernel:
+      case OpKind::kMemset:
+        s.work = Work::kSm;
+        s.remaining = sm_work_ms(op, r_);
+        break;
+      case OpKind::kCopy: {
+        s.src_gpu = owner_of(op.src_mem, s.rank);
+        s.dst_gpu = owner_of(op.dst_mem, s.rank);
+        if (s.src_gpu == s.dst_gpu) {
+          s.work = Work::kSm;
+          s.sm_copy = true;
+          s.remaining = sm_work_ms(op, r_);
+          break;
+        }
+        if (r_.node_of(s.src_gpu) != r_.node_of(s.dst_gpu))
+          throw InputError("simulate: rank " + std::to_string(s.rank) + " copies between GPUs " +
+                           std::to_string(s.src_gpu) + " and " + std::to_string(s.dst_gpu) + ", which machine '" +
+                           r_.m->name + "' puts on different nodes: a mapped copy cannot cross nodes");
+        s.work = Work::kFlow;
+        s.remaining = op.bytes;
+        s.cap = r_.link;
+        if (op.src_via == Via::kIpcHandle || op.dst_via == Via::kIpcHandle) s.cap *= r_.ipc_factor;
+        if (r_.peer_on_sm) {
+          s.sm_copy = true;
+        } else {
+          s.needs_engine = true;
+          s.cap = std::min(s.cap, r_.copy_engine);
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  double host_cost(const Op& op) const {
+    switch (op.kind) {
+      case OpKind::kKernel:
+      case OpKind::kCollective: return r_.host_launch;
+      case OpKind::kCopy:
+      case OpKind::kMemset: return r_.host_copy;
+      default: return r_.host_api;
+    }
+  }
+
+  // Issues this rank's ops in order until a host sync whose op is not done.
+  bool advance_host(int rk) {
+    bool changed = false;
+    auto& ops = ops_[rk];
+    while (host_next_[rk] < ops.size()) {
+      SimOp& s = ops[host_next_[rk]];
+      if (s.op->kind == OpKind::kHostSync) {
+        double ready = host_clock_[rk];
+        if (s.op->waits_for != kNoOp) {
+          const SimOp& target = ops[s.op->waits_for];
+          if (target.state != State::kDone) break;
+          ready = std::max(ready, target.end);
+        }
+        s.start = host_clock_[rk];
+        host_clock_[rk] = ready + r_.host_api;
+        s.end = host_clock_[rk];
+        s.issue = s.start;
+        s.state = State::kDone;
+      } else {
+        host_clock_[rk] += host_cost(*s.op);
+        s.issue = host_clock_[rk];
+      }
+      ++host_next_[rk];
+      changed = true;
+    }
+    return changed;
+  }
+
+  SimOp* head(int rk, size_t s) {
+    auto& list = stream_ops_[rk][s];
+    size_t& h = heads_[rk][s];
+    while (h < list.size() && ops_[rk][list[h]].state == State::kDone) ++h;
+    return h < list.size() ? &ops_[rk][list[h]] : nullptr;
+  }
+
+  void finish(SimOp& s, double t) {
+    s.state = State::kDone;
+    s.end = t;
+    if (s.op->kind == OpKind::kWriteValue) {
+      const WordKey w = word_of(*s.op, s.rank);
+      const int owner = w.private_rank >= 0 ? w.private_rank : owner_of(w.mem, s.rank);
+      const double lat = owner == s.rank ? 0.0 : (r_.node_of(owner) == r_.node_of(s.rank) ? r_.link_lat : r_.nic_lat);
+      words_[w].push_back({t + lat, s.op->value});
+    }
+    if (s.needs_engine) ++engines_released_[s.rank];
+    working_.erase(std::remove(working_.begin(), working_.end(), &s), working_.end());
+  }
+
+  // When the wait can end (kInf: not yet known); counts waits satisfied before the trace.
+  double wait_resolution(SimOp& s) {
+    const Op& op = *s.op;
+    if (op.kind == OpKind::kStreamWaitEvent) {
+      if (op.waits_for == kNoOp) return s.start;
+      const SimOp& target = ops_[s.rank][op.waits_for];
+      if (target.state != State::kDone) return kInf;
+      const bool other_stream = target.op->stream != op.stream;
+      return std::max(s.start, target.end + (other_stream ? r_.hop : 0.0));
+    }
+    if (op.kind == OpKind::kWaitValue) {
+      const WordKey w = word_of(op, s.rank);
+      auto pw = writers_.find(w);
+      const bool can_be_written =
+          pw != writers_.end() && std::any_of(pw->second.begin(), pw->second.end(), [&](uint64_t v) { return v >= op.value; });
+      if (!can_be_written) {
+        if (!s.counted) {
+          ++waits_before_trace_;
+          s.counted = true;
+        }
+        return s.start + r_.memop;
+      }
+      double best = kInf;
+      auto it = words_.find(w);
+      if (it != words_.end())
+        for (const WordWrite& ww : it->second)
+          if (ww.value >= op.value) best = std::min(best, ww.visible);
+      return best < kInf ? std::max(s.start, best) + r_.memop : kInf;
+    }
+    return kInf;
+  }
+
+  // A collective whose every call has arrived: all end together.
+  void try_collective(SimOp& s) {
+    const auto& members = tr_[s.rank].groups[s.op->group];
+    auto& calls = collectives_.at({members, s.op->sequence});
+    double begin = 0;
+    for (const auto& [rk, i] : calls) {
+      const SimOp& c = ops_[rk][i];
+      if (c.state != State::kBlocked) return;
+      begin = std::max(begin, c.start);
+    }
+    const double end = begin + collective_ms(*s.op, members);
+    for (const auto& [rk, i] : calls) {
+      ops_[rk][i].state = State::kLatency;
+      ops_[rk][i].phase_end = end;
+    }
+  }
+
+  double collective_ms(const Op& op, const std::vector<int>& members) const {
+    const double p = static_cast<double>(members.size());
+    if (members.size() <= 1) return r_.nccl_lat + (op.collective == CollectiveKind::kAllToAll ? 2 * op.bytes / r_.sm_copy : 0);
+    bool cross = false;
+    for (int a : members)
+      for (int b : members) cross = cross || r_.node_of(a) != r_.node_of(b);
+    const double lat = r_.nccl_lat + (cross ? r_.nic_lat : 0.0);
+    if (op.collective == CollectiveKind::kAllToAll) {
+      double worst = 2 * op.bytes / r_.sm_copy;  // the chunk to itself, copied alongside
+      for (int a : members) {
+        double local = 0, remote = 0;
+        for (int b : members) {
+          if (a == b) continue;
+          (r_.node_of(a) == r_.node_of(b) ? local : remote) += op.bytes;
+        }
+        worst = std::max({worst, local / (r_.link * r_.nccl_link), remote / (r_.nic * r_.nccl_nic)});
+      }
+      return lat + worst;
+    }
+    // All-reduce as a ring: every rank sends 2 (p-1)/p of the buffer over the ring's slowest hop.
+    const double bw = cross ? r_.nic * r_.nccl_nic : r_.link * r_.nccl_link;
+    return lat + 2 * (p - 1) / p * op.bytes / bw;
+  }
+
+  bool advance_stream(int rk, size_t sidx, double t) {
+    SimOp* h = head(rk, sidx);
+    if (!h) return false;
+    SimOp& s = *h;
+    switch (s.state) {
+      case State::kPending: {
+        if (s.issue > t + kEps) return false;
+        s.start = t;
+        switch (s.op->kind) {
+          case OpKind::kEventRecord:
+            finish(s, t);
+            return true;
+          case OpKind::kStreamWaitEvent:
+          case OpKind::kWaitValue:
+          case OpKind::kCollective:
+            s.state = State::kBlocked;
+            s.phase_end = kInf;
+            break;
+          case OpKind::kWriteValue:
+            s.state = State::kLatency;
+            s.phase_end = t + r_.memop;
+            break;
+          case OpKind::kKernel:
+          case OpKind::kMemset:
+            s.state = State::kLatency;
+            s.phase_end = t + r_.kernel_lat;
+            break;
+          case OpKind::kCopy:
+            s.state = State::kLatency;
+            s.phase_end = t + r_.copy_lat;
+            break;
+          case OpKind::kHostSync:
+            break;  // host-only, never on a stream
+        }
+        return true;
+      }
+      case State::kBlocked: {
+        if (s.op->kind == OpKind::kCollective) {
+          try_collective(s);
+          return s.state != State::kBlocked;
+        }
+        const double at = wait_resolution(s);
+        s.phase_end = at;
+        if (at <= t + kEps) {
+          finish(s, t);
+          return true;
+        }
+        return false;
+      }
+      case State::kLatency: {
+        if (s.phase_end > t + kEps) return false;
+        if (s.work == Work::kNone || s.remaining <= 0) {
+          finish(s, t);
+          return true;
+        }
+        if (s.needs_engine) {
+          s.state = State::kEngineWait;
+          s.engine_request = t;
+          waiting_engine_.push_back(&s);
+        } else {
+          s.state = State::kWorking;
+          working_.push_back(&s);
+        }
+        return true;
+      }
+      case State::kEngineWait:
+        return false;
+      case State::kWorking:
+        if (s.remaining > 0) return false;
+        finish(s, t);
+        return true;
+      case State::kDone:
+        return false;
+    }
+    return false;
+  }
+
+  // Copy engines in order of request (then rank, then op): deterministic and FIFO.
+  bool grant_engines(double t) {
+    (void)t;
+    bool changed = false;
+    std::stable_sort(waiting_engine_.begin(), waiting_engine_.end(), [](const SimOp* a, const SimOp* b) {
+      return std::tie(a->engine_request, a->rank, a->index) < std::tie(b->engine_request, b->rank, b->index);
+    });
+    for (auto it = waiting_engine_.begin(); it != waiting_engine_.end();) {
+      SimOp* s = *it;
+      int& busy = engines_busy_[s->rank];
+      busy -= engines_released_[s->rank];
+      engines_released_[s->rank] = 0;
+      if (busy < r_.engines) {
+        ++busy;
+        s->state = State::kWorking;
+        working_.push_back(s);
+        it = waiting_engine_.erase(it);
+        changed = true;
+      } else {
+        ++it;
+      }
+    }
+    return changed;
+  }
+
+  void compute_rates() {
+    // SM sharing per GPU.
+    std::map<int, std::pair<int, int>> per_gpu;  // gpu -> (kernels, sm copies)
+    for (SimOp* w : working_) {
+      if (w->work == Work::kSm && !w->sm_copy) ++per_gpu[w->rank].first;
+      if (w->sm_copy) ++per_gpu[w->rank].second;
+    }
+    auto sm_share = [&](const SimOp& w) {
+      const auto [k, c] = per_gpu[w.rank];
+      if (w.sm_copy) return (k > 0 ? r_.sm_copy_share : 1.0) / c;
+      return (c > 0 ? r_.kernel_share : 1.0) / k;
+    };
+    // Flows over link egress/ingress, max-min fair (progressive filling).
+    std::vector<SimOp*> flows;
+    for (SimOp* w : working_) {
+      if (w->work == Work::kSm) w->rate = sm_share(*w);
+      if (w->work == Work::kFlow) flows.push_back(w);
+    }
+    if (flows.empty()) return;
+    std::map<std::pair<int, int>, double> used;  // (gpu, 0 egress / 1 ingress) -> bytes per ms
+    std::vector<double> cap(flows.size());
+    std::vector<bool> frozen(flows.size(), false);
+    for (size_t i = 0; i < flows.size(); ++i) {
+      flows[i]->rate = 0;
+      cap[i] = flows[i]->cap * (flows[i]->sm_copy ? sm_share(*flows[i]) : 1.0);
+    }
+    auto res = [&](size_t i, int dir) { return std::make_pair(dir == 0 ? flows[i]->src_gpu : flows[i]->dst_gpu, dir); };
+    for (size_t left = flows.size(); left > 0;) {
+      std::map<std::pair<int, int>, int> n;
+      for (size_t i = 0; i < flows.size(); ++i)
+        if (!frozen[i]) ++n[res(i, 0)], ++n[res(i, 1)];
+      double inc = kInf;
+      for (const auto& [k, cnt] : n) inc = std::min(inc, (r_.link - used[k]) / cnt);
+      for (size_t i = 0; i < flows.size(); ++i)
+        if (!frozen[i]) inc = std::min(inc, cap[i] - flows[i]->rate);
+      inc = std::max(0.0, inc);
+      for (size_t i = 0; i < flows.size(); ++i)
+        if (!frozen[i]) {
+          flows[i]->rate += inc;
+          used[res(i, 0)] += inc;
+          used[res(i, 1)] += inc;
+        }
+      for (size_t i = 0; i < flows.size(); ++i) {
+        if (frozen[i]) continue;
+        const double tol = 1e-9 * r_.link;
+        if (flows[i]->rate >= cap[i] - tol || used[res(i, 0)] >= r_.link - tol || used[res(i, 1)] >= r_.link - tol) {
+          frozen[i] = true;
+          --left;
+        }
+      }
+    }
+  }
+
+  bool all_done() const {
+    for (size_t rk = 0; rk < ops_.size(); ++rk) {
+      if (host_next_[rk] < ops_[rk].size()) return false;
+      for (const SimOp& s : ops_[rk])
+        if (s.state != State::kDone) return false;
+    }
+    return true;
+  }
+
+  std::string stuck_message() {
+    std::ostringstream msg;
+    msg << "simulate: no op can make progress (deadlock in the traces):";
+    int shown = 0;
+    for (size_t rk = 0; rk < ops_.size() && shown < 6; ++rk)
+      for (size_t s = 0; s < stream_ops_[rk].size() && shown < 6; ++s) {
+        SimOp* h = head(static_cast<int>(rk), s);
+        if (!h) continue;
+        msg << " rank " << rk << " stream " << s << " op " << h->index << " (" << op_kind_name(h->op->kind);
+        if (h->op->kind == OpKind::kWaitValue) msg << " >= " << h->op->value << " for peer " << h->op->label_peer;
+        msg << ");";
+        ++shown;
+      }
+    return msg.str();
+  }
+
+  const std::vector<RankTrace>& tr_;
+  Rates r_;
+  std::map<uint64_t, int> owner_;
+  std::vector<std::vector<SimOp>> ops_;
+  std::vector<std::vector<std::vector<int>>> stream_ops_;
+  std::vector<std::vector<size_t>> heads_;
+  std::vector<size_t> host_next_;
+  std::vector<double> host_clock_;
+  std::map<WordKey, std::vector<uint64_t>> writers_;
+  std::map<WordKey, std::vector<WordWrite>> words_;
+  std::map<CollectiveKey, std::vector<std::pair<int, int>>> collectives_;
+  std::vector<SimOp*> working_, waiting_engine_;
+  std::map<int, int> engines_busy_, engines_released_;
+  int waits_before_trace_ = 0;
+};
+
+}  // namespace
+
+Timeline simulate(const std::vector<RankTrace>& traces, const Machine& machine) {
+  return Simulation(traces, machine).run();
+}
+
+double standalone_work_ms(const Op& op, const Machine& machine, bool peer) {
+  Rates r(machine);
+  if (op.kind == OpKind::kCopy && peer) return op.bytes / r.link;
+  return sm_work_ms(op, r);
+}
+
+}  // namespace uipc::model

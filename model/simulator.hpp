@@ -1,0 +1,47 @@
+// The discrete-event simulator: a pure function of (every rank's trace, a machine) ->
+// when each op started and ended, in ms from the start of the layer. Deterministic: the
+// same traces and machine give the same timeline, bit for bit.
+//
+// What it models (docs/model.md says more, and what it leaves out):
+//  - the host issuing each rank's ops in trace order at a cost per call (a device op
+//    starts no earlier than its issue), blocked by host syncs;
+//  - in-order streams; event waits end an event hop after the record; a wait on a word
+//    ends no earlier than the modelled time of the write it waits for (plus the link's
+//    latency when the writer is another GPU);
+//  - kernels (GEMM and attention by rate and wave quantisation, memory-bound kernels by
+//    bytes) and same-device copies sharing each GPU's SMs; an SM copy beside a kernel
+//    runs at a share of its own rate while the kernel is held back;
+//  - peer copies as flows over each GPU's link egress and ingress, shared max-min fairly,
+//    each on a copy engine (finite) or on SMs, per the machine;
+//  - NCCL collectives as a rendezvous of their group with a latency + bandwidth cost over
+//    NVLink inside a node and the NIC across nodes.
+#pragma once
+
+#include <vector>
+
+#include "model/machine.hpp"
+#include "model/trace.hpp"
+
+namespace uipc::model {
+
+struct OpTime {
+  double start_ms = 0, end_ms = 0;
+};
+
+struct Timeline {
+  std::vector<std::vector<OpTime>> ranks;  // [rank][op], as the traces' ops
+  // Value waits that no write of the traces satisfies: they wait for a write of an
+  // earlier layer (a release epoch), taken as done before the layer began.
+  int waits_before_trace = 0;
+};
+
+// traces[r] must be rank r's (every rank of one world). Throws InputError for traces
+// that do not fit together or do not fit the machine, and RuntimeError for a deadlock
+// (no op can make progress), naming the stuck ops.
+Timeline simulate(const std::vector<RankTrace>& traces, const Machine& machine);
+
+// The time `op` takes on its own on an idle GPU of `machine`, after its fixed latency
+// (for tests and the docs). Peer copies at the link's rate; collectives and waits: 0.
+double standalone_work_ms(const Op& op, const Machine& machine, bool peer);
+
+}  // namespace uipc::model

@@ -1,0 +1,418 @@
+// The simulator on hand-made traces with answers known in closed form (two copies
+// sharing a link direction take twice as long, a wait after a late write, copy-engine
+// limits, SM sharing, rendezvous of collectives, host issue), its determinism, the
+// trace byte form, and the machine-file reader's errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.hpp"
+#include "model/machine.hpp"
+#include "model/simulator.hpp"
+#include "model/trace.hpp"
+
+namespace uipc::model {
+namespace {
+
+// Round numbers and no fixed costs, so that every expected time is a short sum.
+Machine simple_machine() {
+  Machine m;
+  m.name = "test";
+  m.gpus_per_node = 4;
+  m.nodes = 2;
+  for (const ParamSpec& s : parameter_specs()) m.params[s.name] = Param{0.0, "test", false, 0, 0};
+  auto set = [&](const char* n, double v) { m.params.at(n).value = v; };
+  set("sm_count", 100);
+  set("gemm_tflops", 1000);
+  set("attention_scale", 1);
+  // Rates in GB/s: 1 GB/s is 1e6 bytes per ms.
+  set("norm_rope_gbs", 1000);        // 1e9 bytes per ms
+  set("stream_gbs", 1000);
+  set("sm_copy_gbs", 2000);          // a local copy of B bytes: 2B read+write at 2e9 B/ms = B/1e9 ms
+  set("hbm_gbs", 4000);
+  set("copy_engines", 2);
+  set("copy_engine_gbs", 1000);
+  set("sm_copy_share", 0.5);
+  set("kernel_share_beside_copy", 0);
+  set("ipc_mapping_factor", 1);
+  set("link_gbs", 100);              // 1e8 bytes per ms
+  set("nic_gbs", 10);
+  set("nccl_link_fraction", 1);
+  set("nccl_nic_fraction", 1);
+  m.attention.push_back(AttentionPoint{128, 1, 100, 128, 500, "test"});
+  return m;
+}
+
+struct Builder {
+  RankTrace t;
+  Builder(int rank, int world, int streams) {
+    t.rank = rank;
+    t.world = world;
+    t.streams.resize(streams);
+  }
+  int add(Op o) {
+    t.ops.push_back(o);
+    return static_cast<int>(t.ops.size()) - 1;
+  }
+  int kernel_norm(int stream, double bytes) {
+    Op o;
+    o.kind = OpKind::kKernel;
+    o.kernel = KernelKind::kNormRope;
+    o.stream = stream;
+    o.bytes = bytes;
+    return add(o);
+  }
+  int copy(int stream, double bytes, uint64_t dst_mem, uint64_t src_mem = 0) {
+    Op o;
+    o.kind = OpKind::kCopy;
+    o.stream = stream;
+    o.bytes = bytes;
+    o.dst_mem = dst_mem;
+    o.src_mem = src_mem;
+    return add(o);
+  }
+  int write(int stream, uint64_t mem, uint64_t off, uint64_t v) {
+    Op o;
+    o.kind = OpKind::kWriteValue;
+    o.stream = stream;
+    o.word_mem = mem;
+    o.word_offset = off;
+    o.value = v;
+    return add(o);
+  }
+  int wait(int stream, uint64_t mem, uint64_t off, uint64_t v) {
+    Op o;
+    o.kind = OpKind::kWaitValue;
+    o.stream = stream;
+    o.word_mem = mem;
+    o.word_offset = off;
+    o.value = v;
+    return add(o);
+  }
+  int record(int stream) {
+    Op o;
+    o.kind = OpKind::kEventRecord;
+    o.stream = stream;
+    return add(o);
+  }
+  int wait_event(int stream, int rec) {
+    Op o;
+    o.kind = OpKind::kStreamWaitEvent;
+    o.stream = stream;
+    o.waits_for = rec;
+    return add(o);
+  }
+  int all_to_all(int stream, int group, int64_t seq, double bytes_per_peer) {
+    Op o;
+    o.kind = OpKind::kCollective;
+    o.collective = CollectiveKind::kAllToAll;
+    o.stream = stream;
+    o.group = group;
+    o.sequence = seq;
+    o.bytes = bytes_per_peer;
+    return add(o);
+  }
+};
+
+// Ranks 0..world-1 that each export one buffer, id 100 + rank.
+std::vector<Builder> ranks(int world, int streams) {
+  std::vector<Builder> b;
+  for (int r = 0; r < world; ++r) {
+    b.emplace_back(r, world, streams);
+    b.back().t.exported.push_back(100 + r);
+  }
+  return b;
+}
+
+std::vector<RankTrace> traces(const std::vector<Builder>& b) {
+  std::vector<RankTrace> t;
+  for (const auto& x : b) t.push_back(x.t);
+  return t;
+}
+
+TEST(Simulator, OneCopyRunsAtTheLinkRate) {
+  auto b = ranks(2, 1);
+  const int c = b[0].copy(0, 1e8, /*dst=*/101);  // 1e8 bytes at 1e8 bytes per ms
+  Timeline tl = simulate(traces(b), simple_machine());
+  EXPECT_NEAR(tl.ranks[0][c].start_ms, 0.0, 1e-12);
+  EXPECT_NEAR(tl.ranks[0][c].end_ms, 1.0, 1e-9);
+}
+
+TEST(Simulator, TwoCopiesOnOneLinkDirectionTakeTwiceAsLong) {
+  // Two streams of rank 0 copy to rank 1 at once: they share rank 0's egress.
+  auto b = ranks(2, 2);
+  const int c0 = b[0].copy(0, 1e8, 101);
+  const int c1 = b[0].copy(1, 1e8, 101);
+  Timeline tl = simulate(traces(b), simple_machine());
+  EXPECT_NEAR(tl.ranks[0][c0].end_ms, 2.0, 1e-9);
+  EXPECT_NEAR(tl.ranks[0][c1].end_ms, 2.0, 1e-9);
+}
+
+TEST(Simulator, CopiesInOppositeDirectionsDoNotShare) {
+  auto b = ranks(2, 1);
+  const int c0 = b[0].copy(0, 1e8, 101);
+  const int c1 = b[1].copy(0, 1e8, 100);
+  Timeline tl = simulate(traces(b), simple_machine());
+  EXPECT_NEAR(tl.ranks[0][c0].end_ms, 1.0, 1e-9);
+  EXPECT_NEAR(tl.ranks[1][c1].end_ms, 1.0, 1e-9);
+}
+
+TEST(Simulator, AFlowFreedByAnotherSpeedsUp) {
+  // Rank 0 sends 1e8 and 2e8 bytes to rank 1 at once: both at half rate until the
+  // first ends at 2 ms, then the second alone: its last 1e8 bytes take 1 ms.
+  auto b = ranks(2, 2);
+  const int small = b[0].copy(0, 1e8, 101);
+  const int big = b[0].copy(1, 2e8, 101);
+  Timeline tl = simulate(traces(b), simple_machine());
+  EXPECT_NEAR(tl.ranks[0][small].end_ms, 2.0, 1e-9);
+  EXPECT_NEAR(tl.ranks[0][big].end_ms, 3.0, 1e-9);
+}
+
+TEST(Simulator, AWaitEndsNoEarlierThanTheLateWriteItWaitsFor) {
+  Machine m = simple_machine();
+  m.params.at("memop_latency_us").value = 10;  // 0.01 ms per stream write or wait
+  m.params.at("link_latency_us").value = 5;
+  auto b = ranks(2, 1);
+  // Rank 0: a 3 ms kernel, then writes 1 into rank 1's word (rank 1's buffer, offset 8).
+  const int k = b[0].kernel_norm(0, 3e9);
+  const int w = b[0].write(0, 101, 8, 1);
+  // Rank 1 waits on its own word at once.
+  const int wt = b[1].wait(0, 101, 8, 1);
+  const int after = b[1].kernel_norm(0, 1e9);
+  Timeline tl = simulate(traces(b), m);
+  EXPECT_NEAR(tl.ranks[0][k].end_ms, 3.0, 1e-9);
+  EXPECT_NEAR(tl.ranks[0][w].end_ms, 3.01, 1e-9);
+  // visible 5 us after the write is done, then the waiter's own 10 us
+  EXPECT_NEAR(tl.ranks[1][wt].end_ms, 3.01 + 0.005 + 0.01, 1e-9);
+  EXPECT_NEAR(tl.ranks[1][after].end_ms, 3.025 + 1.0, 1e-9);
+  EXPECT_EQ(tl.waits_before_trace, 0);
+}
+
+TEST(Simulator, AWaitForASmallerValueDoesNotMatchAndAnEarlierLayersWaitIsCounted) {
+  auto b = ranks(2, 1);
+  b[0].write(0, 101, 0, 1);
+  const int needs2 = b[1].wait(0, 101, 0, 2);  // nothing in the trace writes 2: an earlier layer did
+  Timeline tl = simulate(traces(b), simple_machine());
+  EXPECT_NEAR(tl.ranks[1][needs2].end_ms, 0.0, 1e-12);
+  EXPECT_EQ(tl.waits_before_trace, 1);
+}
+
+TEST(Simulator, AWaitThatCanNeverBeSatisfiedIsADeadlockNotAHang) {
+  auto b = ranks(2, 1);
+  b[1].wait(0, 101, 0, 1);  // only a write after the wait on the same rank could satisfy it
+  b[1].write(0, 101, 0, 1);
+  try {
+    simulate(traces(b), simple_machine());
+    FAIL() << "expected a deadlock error";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("no op can make progress"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Simulator, CopyEnginesAreFinite) {
+  // Three streams of rank 0 copy 1e8 bytes each to three different peers. The link
+  // (1e9 B/ms) is ample; each engine moves 1e8 B/ms. With 2 engines two copies run at a
+  // time: they end at 1, 1 and 2 ms; with 3 engines all three end at 1 ms.
+  Machine m = simple_machine();
+  m.params.at("link_gbs").value = 1000;
+  m.params.at("copy_engine_gbs").value = 100;
+  auto b = ranks(4, 3);
+  int c[3];
+  for (int i = 0; i < 3; ++i) c[i] = b[0].copy(i, 1e8, 101 + i);
+  Timeline tl = simulate(traces(b), m);
+  std::vector<double> ends;
+  for (int i = 0; i < 3; ++i) ends.push_back(tl.ranks[0][c[i]].end_ms);
+  std::sort(ends.begin(), ends.end());
+  EXPECT_NEAR(ends[0], 1.0, 1e-9);
+  EXPECT_NEAR(ends[1], 1.0, 1e-9);
+  EXPECT_NEAR(ends[2], 2.0, 1e-9);
+  m.params.at("copy_engines").value = 3;
+  Timeline tl3 = simulate(traces(b), m);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(tl3.ranks[0][c[i]].end_ms, 1.0, 1e-9);
+}
+
+TEST(Simulator, ASameDeviceCopyTakesItsTimeOutOfTheKernelBesideIt) {
+  // A 2 ms kernel on stream 0 and a local copy worth 0.5 ms alone on stream 1. Beside
+  // the kernel the copy runs at half its rate (1 ms) and the kernel is held back
+  // meanwhile: it ends 1 ms late.
+  auto b = ranks(1, 2);
+  const int k = b[0].kernel_norm(0, 2e9);
+  const int c = b[0].copy(1, 5e8, 0);  // 5e8 bytes: 1e9 read+write at 2e9 B/ms = 0.5 ms
+  Timeline tl = simulate(traces(b), simple_machine());
+  EXPECT_NEAR(tl.ranks[0][c].end_ms, 1.0, 1e-9);
+  EXPECT_NEAR(tl.ranks[0][k].end_ms, 3.0, 1e-9);
+  // A peer copy on a copy engine leaves the kernel alone.
+  auto p = ranks(2, 2);
+  const int kp = p[0].kernel_norm(0, 2e9);
+  p[0].copy(1, 1e8, 101);
+  Timeline tp = simulate(traces(p), simple_machine());
+  EXPECT_NEAR(tp.ranks[0][kp].end_ms, 2.0, 1e-9);
+}
+
+TEST(Simulator, PeerCopiesOnSmsShareThemWhenTheMachineSaysSo) {
+  Machine m = simple_machine();
+  m.params.at("peer_copy_on_sm").value = 1;
+  auto p = ranks(2, 2);
+  const int k = p[0].kernel_norm(0, 2e9);
+  const int c = p[0].copy(1, 1e8, 101);  // 1 ms at the link's rate alone, half of it beside the kernel
+  Timeline tl = simulate(traces(p), m);
+  EXPECT_NEAR(tl.ranks[0][c].end_ms, 2.0, 1e-9);
+  EXPECT_NEAR(tl.ranks[0][k].end_ms, 4.0, 1e-9);
+}
+
+TEST(Simulator, EventWaitsAddTheHopAndStreamOrderHolds) {
+  Machine m = simple_machine();
+  m.params.at("event_hop_us").value = 100;  // 0.1 ms
+  auto b = ranks(1, 2);
+  const int k = b[0].kernel_norm(0, 1e9);       // 1 ms
+  const int rec = b[0].record(0);
+  const int w = b[0].wait_event(1, rec);
+  const int k2 = b[0].kernel_norm(1, 1e9);
+  const int k3 = b[0].kernel_norm(0, 1e9);       // after k on stream 0
+  Timeline tl = simulate(traces(b), m);
+  EXPECT_NEAR(tl.ranks[0][rec].end_ms, 1.0, 1e-9);
+  EXPECT_NEAR(tl.ranks[0][w].end_ms, 1.1, 1e-9);
+  // k2 and k3 share the SMs from 1.1 ms: k3 ran alone 1.0-1.1 (0.1 done), then both at half.
+  EXPECT_NEAR(tl.ranks[0][k3].end_ms, 1.1 + 2 * 0.9, 1e-9);
+  EXPECT_NEAR(tl.ranks[0][k2].end_ms, 1.1 + 2 * 0.9 + 0.1, 1e-9);
+  EXPECT_GE(tl.ranks[0][k].end_ms, 0.0);
+}
+
+TEST(Simulator, ACollectiveStartsWhenItsLastRankArrivesAndEndsTogether) {
+  auto b = ranks(2, 1);
+  for (auto& x : b) x.t.groups.push_back({0, 1});
+  b[0].kernel_norm(0, 2e9);  // rank 0 arrives at 2 ms
+  const int a0 = b[0].all_to_all(0, 0, 0, 1e8);
+  const int a1 = b[1].all_to_all(0, 0, 0, 1e8);
+  Timeline tl = simulate(traces(b), simple_machine());
+  // 1e8 bytes to the one peer over the link (1 ms); the chunk to itself 0.1 ms beside it.
+  EXPECT_NEAR(tl.ranks[0][a0].end_ms, 3.0, 1e-9);
+  EXPECT_NEAR(tl.ranks[1][a1].end_ms, 3.0, 1e-9);
+  EXPECT_NEAR(tl.ranks[1][a1].start_ms, 0.0, 1e-12);
+}
+
+TEST(Simulator, ACollectiveAcrossNodesGoesOverTheNicAndAMappedCopyCannot) {
+  // simple_machine has 4 GPUs per node: ranks 0 and 4 are on different nodes.
+  auto b = ranks(5, 1);
+  for (auto& x : b) x.t.groups.push_back({0, 4});
+  const int a0 = b[0].all_to_all(0, 0, 0, 1e8);
+  b[4].all_to_all(0, 0, 0, 1e8);
+  Timeline tl = simulate(traces(b), simple_machine());
+  EXPECT_NEAR(tl.ranks[0][a0].end_ms, 10.0, 1e-9);  // the NIC: 1e7 bytes per ms
+  auto c = ranks(5, 1);
+  c[0].copy(0, 1e8, 104);
+  EXPECT_THROW(simulate(traces(c), simple_machine()), InputError);
+}
+
+TEST(Simulator, AnOpStartsNoEarlierThanTheHostIssuesIt) {
+  Machine m = simple_machine();
+  m.params.at("host_launch_us").value = 50;  // 0.05 ms per kernel launch
+  auto b = ranks(1, 1);
+  const int k0 = b[0].kernel_norm(0, 1e7);  // 0.01 ms of work
+  const int k1 = b[0].kernel_norm(0, 1e7);
+  Timeline tl = simulate(traces(b), m);
+  EXPECT_NEAR(tl.ranks[0][k0].start_ms, 0.05, 1e-9);
+  EXPECT_NEAR(tl.ranks[0][k1].start_ms, 0.10, 1e-9);  // the device waited for the host
+  EXPECT_NEAR(tl.ranks[0][k1].end_ms, 0.11, 1e-9);
+}
+
+TEST(Simulator, DeterministicAndIndependentOfPreviousRuns) {
+  Machine m = simple_machine();
+  m.params.at("event_hop_us").value = 3;
+  m.params.at("memop_latency_us").value = 2;
+  m.params.at("start_skew_us").value = 7;
+  auto b = ranks(4, 3);
+  for (int r = 0; r < 4; ++r) {
+    b[r].kernel_norm(0, 1e8 * (r + 1));
+    const int rec = b[r].record(0);
+    b[r].wait_event(1, rec);
+    for (int p = 0; p < 4; ++p)
+      if (p != r) b[r].copy(1, 3e7 + 1e3 * p, 100 + p);
+    b[r].copy(2, 2e7, 0);
+    for (int p = 0; p < 4; ++p) b[r].write(1, 100 + p, 8 * r, 1);
+    for (int p = 0; p < 4; ++p) b[r].wait(1, 100 + r, 8 * p, 1);
+  }
+  const auto t = traces(b);
+  Timeline a = simulate(t, m);
+  Timeline c = simulate(t, m);
+  ASSERT_EQ(a.ranks.size(), c.ranks.size());
+  for (size_t r = 0; r < a.ranks.size(); ++r)
+    for (size_t i = 0; i < a.ranks[r].size(); ++i) {
+      EXPECT_EQ(a.ranks[r][i].start_ms, c.ranks[r][i].start_ms);
+      EXPECT_EQ(a.ranks[r][i].end_ms, c.ranks[r][i].end_ms);
+    }
+  EXPECT_EQ(a.waits_before_trace, 0);
+}
+
+TEST(Simulator, TracesThatDoNotFitTogetherAreRefused) {
+  auto b = ranks(2, 1);
+  b[0].t.groups.push_back({0, 1});
+  b[1].t.groups.push_back({0, 1});
+  b[0].all_to_all(0, 0, 0, 1e4);  // rank 1 never calls it
+  EXPECT_THROW(simulate(traces(b), simple_machine()), InputError);
+  auto c = ranks(2, 1);
+  c[0].copy(0, 1e4, 999);  // nobody exported 999
+  EXPECT_THROW(simulate(traces(c), simple_machine()), InputError);
+  auto d = ranks(9, 1);  // the machine has 8 GPUs
+  EXPECT_THROW(simulate(traces(d), simple_machine()), InputError);
+}
+
+TEST(Trace, ByteFormRoundTripsAndRejectsDamage) {
+  auto b = ranks(2, 2);
+  b[0].t.groups.push_back({0, 1});
+  b[0].kernel_norm(0, 1e5);
+  b[0].t.ops.back().measured_start_ms = 0.25;
+  b[0].copy(1, 5e5, 101);
+  b[0].all_to_all(0, 0, 3, 8e5);
+  const std::string s = serialize(b[0].t);
+  RankTrace back = deserialize(s);
+  EXPECT_EQ(serialize(back), s);
+  ASSERT_EQ(back.ops.size(), 3u);
+  EXPECT_EQ(back.ops[1].dst_mem, 101u);
+  EXPECT_EQ(back.ops[0].measured_start_ms, 0.25);
+  EXPECT_TRUE(std::isnan(back.ops[1].measured_start_ms));
+  EXPECT_THROW(deserialize(s.substr(0, s.size() - 3)), std::runtime_error);
+  EXPECT_THROW(deserialize(s + "x"), std::runtime_error);
+  EXPECT_THROW(deserialize("nonsense"), std::runtime_error);
+}
+
+TEST(Machine, ShippedFilesLoadAndRoundTrip) {
+  for (const char* f : {"h200-nvlink", "h100-sxm", "h200-2node"}) {
+    const std::string path = std::string(ULYSSES_SOURCE_DIR) + "/inputs/machines/" + f + ".json";
+    Machine m = load_machine(path);
+    EXPECT_EQ(m.name, f);
+    Machine again = parse_machine(machine_to_json(m), "round trip");
+    EXPECT_EQ(machine_to_json(again), machine_to_json(m));
+    for (const auto& [name, p] : m.params) EXPECT_FALSE(p.source.empty()) << f << ": " << name;
+  }
+}
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_machine(text, "m.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Machine, BadFilesGiveOneClearError) {
+  const std::string good = machine_to_json(simple_machine());
+  EXPECT_EQ(error_of(good), "(no error)");
+  EXPECT_NE(error_of("{").find("not valid JSON"), std::string::npos);
+  auto replace = [&](const std::string& from, const std::string& to) {
+    std::string s = good;
+    const size_t at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return s.replace(at, from.size(), to);
+  };
+  EXPECT_NE(error_of(replace("\"link_gbs\"", "\"link_gbps\"")).find("unknown parameter 'link_gbps'"), std::string::npos);
+  EXPECT_NE(error_of(replace("\"source\": \"test\"", "\"source\": \"\"")).find("say where"), std::string::npos);
+  EXPECT_NE(error_of(replace("\"gpus_per_node\": 4", "\"gpus_per_node\": 0")).find("gpus_per_node"), std::string::npos);
+  EXPECT_NE(error_of(replace("\"tflops\": 500", "\"tflops\": -1")).find("tflops"), std::string::npos);
+  EXPECT_NE(error_of(replace("\"name\": \"test\"", "\"name\": 3")).find("name: must be a string"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace uipc::model
