@@ -71,10 +71,16 @@ void declare_run_options(CLI::App& app, uipc::RunOptions& o) {
       ->type_name("REPORT.h5")
       ->required();
   app.add_option("--mode", o.backend.mode,
-                 "auto: gpu when every rank sees a usable CUDA device, else sim (every rank a simulated GPU)")
-      ->type_name("auto|sim|gpu")
-      ->check(one_of({"auto", "sim", "gpu"}))
+                 "auto: gpu when every rank sees a usable CUDA device, else sim (every rank a simulated GPU); "
+                 "model: full-size shapes, no data, no arithmetic, the protocol for real, figures modelled "
+                 "(exit 5: parity not computed)")
+      ->type_name("auto|sim|gpu|model")
+      ->check(one_of({"auto", "sim", "gpu", "model"}))
       ->capture_default_str();
+  app.add_option("--machine", o.machine,
+                 "machine each run's traced layer is modelled on: a JSON file or a shipped name (h200-nvlink, "
+                 "h100-sxm, h200-2node; docs/model.md) [default: h200-nvlink]")
+      ->type_name("FILE|NAME");
   app.add_option("--case", o.cases, "run only this case (repeatable) [default: every case that fits]")
       ->type_name("NAME")
       ->allow_extra_args(false);
@@ -115,9 +121,11 @@ void declare_run_options(CLI::App& app, uipc::RunOptions& o) {
 
 const char* const kRunFooter =
     "Decks: ulysses-ipc deck new|show|presets|help (serial, no mpirun; ulysses-ipc deck --help).\n"
+    "Machine model: ulysses-ipc model calibrate|validate|loo (serial; ulysses-ipc model --help).\n"
     "Exit codes: 0 ok, 2 bad input, 3 runtime failure, 4 a peer did not arrive within the watchdog,\n"
-    "5 parity failed, 130/143 interrupted by SIGINT/SIGTERM; through mpirun, 1 means mpirun itself\n"
-    "gave up (it was signalled, or could not launch): README.md, 'Exit codes'.";
+    "5 parity failed, 6 modelled only (--mode model: parity not computed), 130/143 interrupted by\n"
+    "SIGINT/SIGTERM; through mpirun, 1 means mpirun itself gave up (it was signalled, or could not\n"
+    "launch): README.md, 'Exit codes'.";
 
 // Returns false when the program should exit 0 at once (help, version). Every rank
 // parses the same words alike; only rank 0 prints.

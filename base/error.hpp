@@ -19,6 +19,7 @@ enum ExitCode : int {
   kExitRuntime = 3,       // device, transport, MPI or HDF5 failure
   kExitPeerTimeout = 4,   // the watchdog fired: a peer did not arrive in time
   kExitParityFailed = 5,  // the run completed, some case failed parity
+  kExitModelOnly = 6,     // --mode model completed: modelled figures only, parity not computed
   kExitSignalBase = 128,  // + the signal: 130 SIGINT, 143 SIGTERM (the shells' convention)
 };
 

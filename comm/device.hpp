@@ -193,7 +193,8 @@ class Device {
   virtual std::string peer_ineligible_reason(int peer_ordinal) { (void)peer_ordinal; return ""; }
 
   // --- watchdog
-  void set_watchdog_seconds(double s) { watchdog_s_ = s; }
+  // Virtual so that a decorator (comm/tracing_device.hpp) passes it on to what it wraps.
+  virtual void set_watchdog_seconds(double s) { watchdog_s_ = s; }
   double watchdog_seconds() const { return watchdog_s_; }
 
   // Implementation hooks for the RAII types.
@@ -205,6 +206,8 @@ class Device {
 };
 
 // The host (simulation) device of this process. `rank` names shared-memory segments.
-std::unique_ptr<Device> make_host_device(int rank);
+// With untouched_memory, memory is mapped but neither reserved nor zeroed up front
+// (--mode model: full-size layers whose data is never written).
+std::unique_ptr<Device> make_host_device(int rank, bool untouched_memory = false);
 
 }  // namespace uipc

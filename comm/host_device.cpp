@@ -156,7 +156,17 @@ struct MemfdSegment {
   size_t mapped_bytes = 0;
 };
 
-// Both segment kinds start with their magic (standard layout), so the kind of a
+// Private memory of a device that leaves memory untouched (--mode model): anonymous
+// pages mapped without reserving them, so a full-size layer costs no memory until (and
+// unless) something writes it.
+constexpr uint64_t kUntouchedSegmentMagic = 0x75697063'6c7a7931ull;  // "uipclzy1"
+
+struct UntouchedSegment {
+  uint64_t magic = kUntouchedSegmentMagic;
+  size_t mapped_bytes = 0;
+};
+
+// Every segment kind starts with its magic (standard layout), so the kind of a
 // buffer's impl can be told by reading the first word.
 uint64_t segment_magic(const void* impl) { return *static_cast<const uint64_t*>(impl); }
 
@@ -514,7 +524,7 @@ HostEvent& impl_of(Event& e) {
 
 class HostDevice final : public Device {
  public:
-  explicit HostDevice(int rank) : rank_(rank) {
+  HostDevice(int rank, bool untouched) : rank_(rank), untouched_(untouched) {
     // Names of unsealed segments must not outlive an exit that skips destructors.
     std::call_once(g_atexit_once, [] { std::atexit(unlink_all_at_exit); });
   }
@@ -588,8 +598,9 @@ class HostDevice final : public Device {
                     __FILE__, __LINE__);
     };
     if (ftruncate(seg->fd, static_cast<off_t>(seg->mapped_bytes)) != 0) fail("ftruncate", errno);
-    // Reserve the pages now: running out of memory is then an error here, not a SIGBUS later.
-    int rc = posix_fallocate(seg->fd, 0, static_cast<off_t>(seg->mapped_bytes));
+    // Reserve the pages now: running out of memory is then an error here, not a SIGBUS later
+    // (not for memory that stays untouched: then only what is written costs pages).
+    int rc = untouched_ ? 0 : posix_fallocate(seg->fd, 0, static_cast<off_t>(seg->mapped_bytes));
     if (rc != 0) fail("posix_fallocate", rc);
     void* ptr = mmap(nullptr, seg->mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, seg->fd, 0);
     if (ptr == MAP_FAILED) fail("mmap", errno);
@@ -765,6 +776,12 @@ class HostDevice final : public Device {
       std::free(ptr);
       return;
     }
+    if (segment_magic(impl) == kUntouchedSegmentMagic) {
+      auto* useg = static_cast<UntouchedSegment*>(impl);
+      if (ptr) munmap(ptr, useg->mapped_bytes);
+      delete useg;
+      return;
+    }
     if (segment_magic(impl) == kMemfdSegmentMagic) {
       auto* mseg = static_cast<MemfdSegment*>(impl);
       if (ptr) munmap(ptr, mseg->mapped_bytes);
@@ -795,6 +812,13 @@ class HostDevice final : public Device {
  private:
   DeviceBuffer alloc_private(size_t bytes) {
     size_t rounded = (std::max<size_t>(bytes, 1) + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+    if (untouched_) {
+      auto seg = std::make_unique<UntouchedSegment>();
+      seg->mapped_bytes = rounded;
+      void* ptr = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      UIPC_CHECK(ptr != MAP_FAILED, "alloc: mmap of " + std::to_string(bytes) + " untouched bytes failed: " + errno_text(errno));
+      return DeviceBuffer(this, ptr, bytes, seg.release());  // fresh anonymous pages read as zeros
+    }
     void* ptr = nullptr;
     int rc = posix_memalign(&ptr, kHostAlignment, rounded);
     UIPC_CHECK(rc == 0, "alloc: posix_memalign of " + std::to_string(bytes) + " bytes failed: " + errno_text(rc));
@@ -834,7 +858,7 @@ class HostDevice final : public Device {
     };
     if (ftruncate(fd, static_cast<off_t>(seg->mapped_bytes)) != 0) fail("ftruncate", errno);
     // Reserve the pages now: a full /dev/shm is then an error here, not a SIGBUS later.
-    int rc = posix_fallocate(fd, 0, static_cast<off_t>(seg->mapped_bytes));
+    int rc = untouched_ ? 0 : posix_fallocate(fd, 0, static_cast<off_t>(seg->mapped_bytes));
     if (rc != 0) fail("posix_fallocate (is /dev/shm large enough?)", rc);
     void* ptr = mmap(nullptr, seg->mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (ptr == MAP_FAILED) fail("mmap", errno);
@@ -856,6 +880,7 @@ class HostDevice final : public Device {
   }
 
   int rank_;
+  bool untouched_;  // memory is not reserved or touched up front (--mode model)
   std::atomic<int> next_stream_id_{0};
 };
 
@@ -889,6 +914,8 @@ void host_unlink_all_shm() noexcept {
   errno = saved_errno;
 }
 
-std::unique_ptr<Device> make_host_device(int rank) { return std::make_unique<HostDevice>(rank); }
+std::unique_ptr<Device> make_host_device(int rank, bool untouched_memory) {
+  return std::make_unique<HostDevice>(rank, untouched_memory);
+}
 
 }  // namespace uipc

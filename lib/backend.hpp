@@ -10,18 +10,22 @@
 
 #include "comm/collectives.hpp"
 #include "comm/device.hpp"
+#include "comm/tracing_device.hpp"
 #include "kernels/kernels.hpp"
 
 namespace uipc {
 
 struct BackendOptions {
-  std::string mode = "auto";     // auto | sim | gpu
+  std::string mode = "auto";     // auto | sim | gpu | model
   bool allow_shared_gpu = false; // several ranks on one GPU (functional testing only)
 };
 
 struct Backend {
-  std::string mode;              // "sim" or "gpu"
+  std::string mode;              // "sim", "gpu" or "model" (host device, no data, no arithmetic)
+  // The device layer, wrapped in its recording decorator (`tracer` is the same object):
+  // every mode can trace a layer.
   std::unique_ptr<Device> device;
+  TracingDevice* tracer = nullptr;
   std::unique_ptr<LayerKernels> kernels;
   bool nccl_usable = false;      // NCCL needs one GPU per rank
   std::string nccl_unusable_reason;
@@ -36,7 +40,8 @@ struct Backend {
   std::string attention_path() const;
 };
 
-// Picks the mode (auto: gpu when CUDA devices are usable, else sim) and builds the
+// Picks the mode (auto: gpu when CUDA devices are usable, else sim; model only when
+// asked) and builds the
 // backend for this rank. Collective over `world`. Throws InputError / RuntimeError
 // with a clear message (e.g. --mode gpu without a GPU).
 Backend make_backend(const BackendOptions& opt, MPI_Comm world);

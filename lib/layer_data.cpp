@@ -124,4 +124,26 @@ LayerData upload_layer_data(Device& dev, const Case& c, const Layout& l, const H
   return d;
 }
 
+LayerData allocate_layer_data(Device& dev, const Case& c, const Layout& l) {
+  LayerData d;
+  const size_t es = dtype_size(c.dtype);
+  const int64_t C = c.width(), Ct = static_cast<int64_t>(l.heads_tp) * c.head_dim;
+  auto buf = [&](int64_t elems, size_t elem_size) { return dev.alloc(static_cast<size_t>(elems) * elem_size); };
+  d.x = buf(l.batch * l.seq_local * C, es);
+  d.w_qkv = buf(C * 3 * Ct, es);
+  d.w_q = buf(C * Ct, es);
+  d.w_k = buf(C * Ct, es);
+  d.w_v = buf(C * Ct, es);
+  d.w_o = buf(Ct * C, es);
+  if (c.qk_norm != NormKind::kNone) {
+    d.gamma_q = buf(norm_width(c), sizeof(float));
+    d.gamma_k = buf(norm_width(c), sizeof(float));
+    if (c.qk_norm == NormKind::kLayerPerHead) {
+      d.beta_q = buf(norm_width(c), sizeof(float));
+      d.beta_k = buf(norm_width(c), sizeof(float));
+    }
+  }
+  return d;
+}
+
 }  // namespace uipc

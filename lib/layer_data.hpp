@@ -37,6 +37,10 @@ HostLayerData generate_layer_data(const Case& c, const Layout& l);
 std::vector<float> generate_layer_input(const Case& c, const Layout& l, int step);
 LayerData upload_layer_data(Device& dev, const Case& c, const Layout& l, const HostLayerData& h);
 
+// The same buffers, allocated at full size but never written (--mode model: the layer
+// runs its protocol without data).
+LayerData allocate_layer_data(Device& dev, const Case& c, const Layout& l);
+
 // Host values -> device buffer of dtype t.
 DeviceBuffer upload_as(Device& dev, const std::vector<float>& v, DType t);
 

@@ -15,6 +15,7 @@
 
 #include "base/error.hpp"
 #include "lib/hdf5_file.hpp"
+#include "lib/trace_report.hpp"
 
 namespace uipc {
 
@@ -130,6 +131,7 @@ void write_run(const h5::Group& cg, const RunResult& r) {
   g.write_attr("parity_pass", r.parity_pass ? 1 : 0);
   g.write_attr("parity_kind", r.approximate ? "approximate" : "exact");
   if (r.approximate) g.write_attr("approx_pass", r.approx_pass ? 1 : 0);
+  g.write_attr("parity_computed", r.parity_computed ? 1 : 0);
   g.write_attr("parity_max_abs", r.parity_max_abs);
   g.write_attr("parity_rel_l2", r.parity_rel_l2);
   g.write_attr("parity_finite", r.parity_finite ? 1 : 0);
@@ -200,6 +202,7 @@ void write_run(const h5::Group& cg, const RunResult& r) {
                    ? static_cast<double>(r.scatter_bytes_per_rank) / (scatter_ms * 1e-3) / 1e9
                    : 0.0;
   g.write_attr("scatter_bandwidth_gbs", gbs);
+  write_traced_layer(g, r);
 }
 
 void write_case(const h5::Group& cases_group, const CaseResult& cr) {

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "lib/deck.hpp"
+#include "model/simulator.hpp"
+#include "model/trace.hpp"
 
 namespace uipc {
 
@@ -70,6 +72,16 @@ struct RunResult {
   int steps = 1;
   std::vector<double> step_max_abs, step_rel_l2, step_vs_exact_max_abs, step_vs_exact_rel_l2;
   std::vector<int64_t> step_inter_bytes_sent, step_inter_bytes_full;
+  bool parity_computed = true;  // false in --mode model: no data, so no parity (never "passed")
+  // The traced layer (lib/traced_layer.hpp, docs/model.md): every rank's op trace (with
+  // measured start/end where measured) and the same layer replayed under `machine`.
+  std::vector<model::RankTrace> traces;                 // [rank]; empty: not traced
+  std::string machine;                                  // the machine modelled; "": not modelled
+  std::string model_note;                               // why not, when not
+  std::vector<std::vector<model::OpTime>> modeled_ops;  // [rank][op] of traces
+  std::vector<double> modeled_stage_ms;                 // [rank][stage], ms, modelled
+  std::vector<double> modeled_v_overlap_ms, modeled_v_copy_ms;  // [rank]; v_copy -1: no copy stream
+  int modeled_waits_before_trace = 0;
 };
 
 // Inputs, weights and output of one case, for --dump (rank 0's full tensors).

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -25,6 +26,8 @@
 #include "lib/deck_wire.hpp"
 #include "lib/pipeline.hpp"
 #include "lib/report.hpp"
+#include "lib/traced_layer.hpp"
+#include "model/machine.hpp"
 
 namespace uipc {
 namespace {
@@ -281,6 +284,27 @@ int run_deck(const RunOptions& opt) {
   NodeLayout nodes;
   collective_phase(MPI_COMM_WORLD,
                    [&] { nodes = discover_nodes(MPI_COMM_WORLD, opt.ranks_per_node, be.device->watchdog_seconds()); });
+  const bool model_mode = be.mode == "model";
+
+  // The machine each run's traced layer is replayed under (docs/model.md). The shipped
+  // default may be absent from an installed copy: then nothing is modelled, outside
+  // --mode model, which needs it.
+  model::Machine machine;
+  bool have_machine = false;
+  std::string machine_note;
+  collective_phase(MPI_COMM_WORLD, [&] {
+    const std::string path = machine_path(opt.machine);
+    if (opt.machine.empty() && !model_mode && !std::ifstream(path)) {
+      machine_note = "no machine file at " + path + " (--machine)";
+      return;
+    }
+    try {
+      machine = model::load_machine(path);
+    } catch (const InputError& e) {
+      throw InputError(std::string("--machine: ") + e.what());
+    }
+    have_machine = true;
+  });
 
   // Before anything is allocated: does every case fit? On GPUs each rank has its own
   // device memory; in simulation every rank of a node shares the node's memory, so the
@@ -288,7 +312,8 @@ int run_deck(const RunOptions& opt) {
   MPI_Comm node_raw;
   UIPC_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_raw));
   MpiComm node(node_raw);
-  for (const auto& c : todo) {
+  // --mode model touches no data (its memory is mapped, never written): nothing to check.
+  for (const auto& c : model_mode ? std::vector<Case>{} : todo) {
     const double mine = static_cast<double>(estimate_case_bytes_per_rank(c, world, rank == 0, be.mode == "sim"));
     double need = mine;
     if (be.mode == "sim") UIPC_MPI_CHECK(MPI_Allreduce(&mine, &need, 1, MPI_DOUBLE, MPI_SUM, node.get()));
@@ -355,15 +380,17 @@ int run_deck(const RunOptions& opt) {
     setup.ce_coll = cecoll.get();
     if (!ce_unavailable.empty()) setup.ce_unavailable = ce_unavailable;
 
-    HostLayerData host = generate_layer_data(c, l);
-    LayerData data = upload_layer_data(*be.device, c, l, host);
-    const int steps = c.steps;
+    // --mode model: full-size buffers, never written; no inputs, no reference, no parity,
+    // one step.
+    HostLayerData host = model_mode ? HostLayerData{} : generate_layer_data(c, l);
+    LayerData data = model_mode ? allocate_layer_data(*be.device, c, l) : upload_layer_data(*be.device, c, l, host);
+    const int steps = model_mode ? 1 : c.steps;
     const double wd = be.device->watchdog_seconds();
     // Per denoising step: this rank's input rows, and its rows of the dense reference
     // (serial work on rank 0: the others wait longer for it).
     std::vector<std::vector<float>> inputs(static_cast<size_t>(steps)), refs(static_cast<size_t>(steps));
     std::vector<float> full_ref;  // step 0's, for --dump
-    for (int t = 0; t < steps; ++t) {
+    for (int t = 0; t < (model_mode ? 0 : steps); ++t) {
       inputs[static_cast<size_t>(t)] = t == 0 ? host.x : generate_layer_input(c, l, t);
       std::vector<float> full;
       set_activity("computing the dense reference");
@@ -375,7 +402,7 @@ int run_deck(const RunOptions& opt) {
     // Per schedule, this rank's output at every step of the case's first exact run: what
     // an approximate (V-major) run of that schedule is measured against.
     std::map<std::string, std::vector<std::vector<float>>> exact_out;
-    const size_t out_elems = refs[0].size();
+    const size_t out_elems = refs[0].size();  // 0 in --mode model
 
     CaseResult cr;
     cr.spec = c;
@@ -425,12 +452,13 @@ int run_deck(const RunOptions& opt) {
         rr.ablation = ablation;
         rr.projection = sched.fused ? "fused" : "separate";
         rr.approximate = approx;
-        rr.repeats = c.repeats;
-        rr.iterations = c.iterations * steps;  // step-major
+        // --mode model times nothing: its one "timed" layer is the modelled traced layer.
+        rr.repeats = model_mode ? 1 : c.repeats;
+        rr.iterations = model_mode ? 1 : c.iterations * steps;  // step-major
         rr.ranks = world;
         rr.steps = steps;
-        rr.stage_ms.assign(static_cast<size_t>(c.repeats) * rr.iterations * world * kNumStages, 0.0);
-        rr.v_overlap_ms.assign(static_cast<size_t>(c.repeats) * rr.iterations * world, 0.0);
+        rr.stage_ms.assign(static_cast<size_t>(rr.repeats) * rr.iterations * world * kNumStages, 0.0);
+        rr.v_overlap_ms.assign(static_cast<size_t>(rr.repeats) * rr.iterations * world, 0.0);
         rr.v_copy_ms.assign(rr.v_overlap_ms.size(), -1.0);
         for (auto* v : {&rr.step_max_abs, &rr.step_rel_l2, &rr.step_vs_exact_max_abs, &rr.step_vs_exact_rel_l2})
           v->assign(static_cast<size_t>(steps), std::numeric_limits<double>::quiet_NaN());
@@ -450,7 +478,14 @@ int run_deck(const RunOptions& opt) {
                            popts);
         bool pass = true;
         Parity worst;  // over the steps, against the dense reference
-        for (int rep = 0; rep < c.repeats; ++rep) {
+        // --mode model: warmup layers only (at least one, so that the target cache is
+        // filled as in a timed run before the traced layer).
+        for (int w = 0; model_mode && w < std::max(c.warmup, 1); ++w) {
+          set_activity("starting a warmup layer");
+          pipe.enqueue_layer();
+          compute->synchronize();
+        }
+        for (int rep = 0; rep < (model_mode ? 0 : c.repeats); ++rep) {
           const bool last_rep = rep == c.repeats - 1;
           for (int t = 0; t < steps; ++t) {
             if (steps > 1) {  // this step's input, in place: the pipeline reads data.x
@@ -525,8 +560,29 @@ int run_deck(const RunOptions& opt) {
         // An approximate run is judged by its own tolerance and never counts as an exact pass.
         rr.parity_pass = !approx && worst.finite && worst.max_abs <= c.tol_max_abs && worst.rel_l2 <= c.tol_rel_l2;
         rr.approx_pass = approx && pass && worst.finite;
-        rr.output_digest = output_digest(*be.device, pipe.output(), out_elems * dtype_size(c.dtype), wd);
+        if (!model_mode) rr.output_digest = output_digest(*be.device, pipe.output(), out_elems * dtype_size(c.dtype), wd);
         all_pass = all_pass && (approx ? rr.approx_pass : rr.parity_pass);
+        if (model_mode) {
+          rr.parity_computed = false;  // no data: never reported as passed
+          rr.parity_pass = rr.approx_pass = false;
+          rr.parity_max_abs = rr.parity_rel_l2 = std::nan("");
+        }
+
+        // One more layer, traced (and modelled where a machine is loaded), after the
+        // output was checked; its times stay out of the timed statistics.
+        TracedLayerSetup ts;
+        ts.machine = have_machine ? &machine : nullptr;
+        ts.measure = !model_mode;
+        ts.watchdog_s = wd;
+        ts.barrier_label = "the start of the traced layer of " + tname + "/" + run_label;
+        ts.spin_s = align_spin_s;
+        run_traced_layer(*be.tracer, pipe, *compute, ts, model_mode, rr);
+        if (rr.machine.empty() && rr.model_note.empty()) rr.model_note = machine_note;
+        if (model_mode && rank == 0) {
+          rr.stage_ms = rr.modeled_stage_ms;
+          rr.v_overlap_ms = rr.modeled_v_overlap_ms;
+          rr.v_copy_ms = rr.modeled_v_copy_ms;
+        }
 
         // No separate copy stream (nccl): nothing was overlapped or measured.
         if (std::all_of(rr.v_copy_ms.begin(), rr.v_copy_ms.end(), [](double v) { return v < 0; })) {
@@ -534,7 +590,9 @@ int run_deck(const RunOptions& opt) {
           rr.v_overlap_ms.clear();
         }
         TransportStats st = sel.transport->stats();
-        const int64_t layers = static_cast<int64_t>(c.repeats) * steps * (c.warmup + c.iterations);
+        // Every layer that ran: warmup and timed ones, and the traced one.
+        const int64_t layers = model_mode ? std::max(c.warmup, 1) + 1
+                                          : static_cast<int64_t>(c.repeats) * steps * (c.warmup + c.iterations) + 1;
         rr.handshakes_per_layer = static_cast<int>(st.handshakes / std::max<int64_t>(1, layers));
         rr.ulysses_nodes = unodes.nodes();
         {
@@ -571,7 +629,18 @@ int run_deck(const RunOptions& opt) {
         for (size_t i = 0; i < rr.stage_ms.size(); i += kNumStages) layer_ms.push_back(rr.stage_ms[i + kStageLayer]);
         const double median = rank == 0 ? percentile(layer_ms, 50) : 0.0;
         const std::string used_note = sel.used == tname ? "" : "->" + sel.used;
-        if (approx) {
+        double modeled_layer = 0;
+        for (size_t i = 0; i < rr.modeled_stage_ms.size(); i += kNumStages)
+          modeled_layer = std::max(modeled_layer, rr.modeled_stage_ms[i + kStageLayer]);
+        char modeled_text[160] = "";
+        if (!rr.machine.empty())
+          std::snprintf(modeled_text, sizeof(modeled_text), "  modeled on %s: layer %.3f ms", rr.machine.c_str(),
+                        modeled_layer);
+        const char* time_kind = be.mode == "gpu" ? "measured" : "CPU time";
+        if (model_mode) {
+          out.line("  %-24s %-5s%-6s %-14s parity not computed (model mode)%s\n", c.name.c_str(), tname.c_str(),
+                   used_note.c_str(), run_label.c_str(), modeled_text);
+        } else if (approx) {
           double vs = 0;
           int64_t sent = 0, full = 0;
           for (int t = 0; t < steps; ++t) {
@@ -580,14 +649,15 @@ int run_deck(const RunOptions& opt) {
             full += rr.step_inter_bytes_full[static_cast<size_t>(t)];
           }
           out.line("  %-24s %-5s%-6s %-14s approx %s (vs exact: rel_l2 <= %.2e, tolerance %.2e; inter-node bytes "
-                   "%.1f%% of full over %d steps)  layer median %.3f ms\n",
+                   "%.1f%% of full over %d steps)  layer median %.3f ms (%s)%s\n",
                    c.name.c_str(), tname.c_str(), used_note.c_str(), run_label.c_str(), rr.approx_pass ? "PASS" : "FAIL",
                    vs, c.vmajor_tol_rel_l2,
-                   full > 0 ? 100.0 * static_cast<double>(sent) / static_cast<double>(full) : 100.0, steps, median);
+                   full > 0 ? 100.0 * static_cast<double>(sent) / static_cast<double>(full) : 100.0, steps, median,
+                   time_kind, modeled_text);
         } else {
-          out.line("  %-24s %-5s%-6s %-14s parity %s (max_abs %.2e, rel_l2 %.2e)  layer median %.3f ms\n",
+          out.line("  %-24s %-5s%-6s %-14s parity %s (max_abs %.2e, rel_l2 %.2e)  layer median %.3f ms (%s)%s\n",
                    c.name.c_str(), tname.c_str(), used_note.c_str(), run_label.c_str(), rr.parity_pass ? "PASS" : "FAIL",
-                   worst.max_abs, worst.rel_l2, median);
+                   worst.max_abs, worst.rel_l2, median, time_kind, modeled_text);
         }
         cr.runs.push_back(std::move(rr));
       }
@@ -623,6 +693,10 @@ int run_deck(const RunOptions& opt) {
 
   if (rank == 0) write_report(opt.report_path, prov, results);
   UIPC_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  if (model_mode) {
+    out.line("report: %s; modeled only, parity not computed (--mode model)\n", opt.report_path.c_str());
+    return kExitModelOnly;
+  }
   out.line("report: %s; parity %s\n", opt.report_path.c_str(), all_pass ? "PASS" : "FAIL");
   return all_pass ? kExitOk : kExitParityFailed;
 }

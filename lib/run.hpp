@@ -24,12 +24,14 @@ struct RunOptions {
   // lists); empty with ablations_set: none.
   std::vector<std::string> ablations;
   bool ablations_set = false;
+  std::string machine;                 // --machine: a machine file or shipped name ("": h200-nvlink)
   std::string command_line;
   std::string kokkos_version;
 };
 
 // Runs the deck on MPI_COMM_WORLD; rank 0 writes the report. Returns kExitOk, or
-// kExitParityFailed when some case failed parity (the report is written either way).
+// kExitParityFailed when some case failed parity (the report is written either way), or
+// kExitModelOnly after --mode model (no data: parity is not computed).
 // Throws uipc::Error for bad input and failures (no report is written then).
 int run_deck(const RunOptions& opt);
 

@@ -188,6 +188,11 @@ class Simulation {
                            " (ambiguous memory identity)");
       }
     }
+    for (int rk = 0; rk < world; ++rk)
+      for (const WordValue& p : traces[rk].prior_writes) {
+        const WordKey w = p.mem == 0 ? WordKey{0, p.offset, rk} : WordKey{p.mem, p.offset, -1};
+        words_[w].push_back({-kInf, p.value});
+      }
     ops_.resize(world);
     stream_ops_.resize(world);
     heads_.resize(world);
@@ -206,7 +211,6 @@ class Simulation {
         s.index = static_cast<int>(i);
         if (s.op->stream >= 0) stream_ops_[rk][s.op->stream].push_back(static_cast<int>(i));
         classify(s);
-        if (s.op->kind == OpKind::kWriteValue) writers_[word_of(*s.op, rk)].push_back(s.op->value);
         if (s.op->kind == OpKind::kCollective) {
           const auto& members = t.groups[s.op->group];
           if (std::find(members.begin(), members.end(), rk) == members.end())
@@ -394,22 +398,17 @@ class Simulation {
       return std::max(s.start, target.end + (other_stream ? r_.hop : 0.0));
     }
     if (op.kind == OpKind::kWaitValue) {
-      const WordKey w = word_of(op, s.rank);
-      auto pw = writers_.find(w);
-      const bool can_be_written =
-          pw != writers_.end() && std::any_of(pw->second.begin(), pw->second.end(), [&](uint64_t v) { return v >= op.value; });
-      if (!can_be_written) {
-        if (!s.counted) {
-          ++waits_before_trace_;
-          s.counted = true;
-        }
-        return s.start + r_.memop;
-      }
+      // Words start at 0; then each write (before the trace or in it) raises them.
+      if (op.value == 0) return s.start + r_.memop;
       double best = kInf;
-      auto it = words_.find(w);
+      auto it = words_.find(word_of(op, s.rank));
       if (it != words_.end())
         for (const WordWrite& ww : it->second)
           if (ww.value >= op.value) best = std::min(best, ww.visible);
+      if (best == -kInf && !s.counted) {
+        ++waits_before_trace_;
+        s.counted = true;
+      }
       return best < kInf ? std::max(s.start, best) + r_.memop : kInf;
     }
     return kInf;
@@ -644,7 +643,6 @@ class Simulation {
   std::vector<std::vector<size_t>> heads_;
   std::vector<size_t> host_next_;
   std::vector<double> host_clock_;
-  std::map<WordKey, std::vector<uint64_t>> writers_;
   std::map<WordKey, std::vector<WordWrite>> words_;
   std::map<CollectiveKey, std::vector<std::pair<int, int>>> collectives_;
   std::vector<SimOp*> working_, waiting_engine_;

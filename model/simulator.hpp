@@ -30,8 +30,8 @@ struct OpTime {
 
 struct Timeline {
   std::vector<std::vector<OpTime>> ranks;  // [rank][op], as the traces' ops
-  // Value waits that no write of the traces satisfies: they wait for a write of an
-  // earlier layer (a release epoch), taken as done before the layer began.
+  // Value waits satisfied by a write from before the trace (RankTrace::prior_writes:
+  // an earlier layer's release epoch, say): they end as soon as they start.
   int waits_before_trace = 0;
 };
 

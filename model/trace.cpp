@@ -105,6 +105,12 @@ std::string serialize(const RankTrace& t) {
     w.put<uint64_t>(g.size());
     for (int r : g) w.put<int32_t>(r);
   }
+  w.put<uint64_t>(t.prior_writes.size());
+  for (const auto& p : t.prior_writes) {
+    w.put(p.mem);
+    w.put(p.offset);
+    w.put(p.value);
+  }
   w.put<uint64_t>(t.ops.size());
   for (const Op& o : t.ops) {
     w.put<int32_t>(static_cast<int32_t>(o.kind));
@@ -149,6 +155,12 @@ RankTrace deserialize(const std::string& bytes) {
       m = r.get<int32_t>();
       if (m < 0 || m >= t.world) throw std::runtime_error("trace: group member out of range");
     }
+  }
+  t.prior_writes.resize(r.count(24));
+  for (auto& p : t.prior_writes) {
+    p.mem = r.get<uint64_t>();
+    p.offset = r.get<uint64_t>();
+    p.value = r.get<uint64_t>();
   }
   const uint64_t n = r.count(100);
   t.ops.resize(n);

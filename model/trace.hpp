@@ -69,12 +69,19 @@ struct StreamInfo {
   bool high_priority = false;
 };
 
+// The last value this rank wrote into a word before the trace began (words start at 0):
+// the waits of the traced layer on an earlier layer's epochs are satisfied by these.
+struct WordValue {
+  uint64_t mem = 0, offset = 0, value = 0;
+};
+
 struct RankTrace {
   int rank = 0, world = 1;
   std::vector<StreamInfo> streams;
   std::vector<Op> ops;                    // in the order the host issued them
   std::vector<uint64_t> exported;         // ids of the memory this rank exported to peers
   std::vector<std::vector<int>> groups;   // world ranks of each collective group used
+  std::vector<WordValue> prior_writes;    // what this rank had written before the trace
 };
 
 // A compact byte string of a trace (for the exchange between ranks) and back. The

@@ -189,12 +189,17 @@ TEST(Simulator, AWaitEndsNoEarlierThanTheLateWriteItWaitsFor) {
   EXPECT_EQ(tl.waits_before_trace, 0);
 }
 
-TEST(Simulator, AWaitForASmallerValueDoesNotMatchAndAnEarlierLayersWaitIsCounted) {
+TEST(Simulator, AWaitIsSatisfiedOnlyByALargeEnoughValueFromBeforeOrDuringTheTrace) {
   auto b = ranks(2, 1);
-  b[0].write(0, 101, 0, 1);
-  const int needs2 = b[1].wait(0, 101, 0, 2);  // nothing in the trace writes 2: an earlier layer did
+  // Rank 0 wrote 1 into rank 1's word before the trace, then writes 2 after a 1 ms kernel.
+  b[0].t.prior_writes.push_back({101, 0, 1});
+  b[0].kernel_norm(0, 1e9);
+  b[0].write(0, 101, 0, 2);
+  const int needs1 = b[1].wait(0, 101, 0, 1);  // an earlier layer's epoch: at once
+  const int needs2 = b[1].wait(0, 101, 0, 2);  // this layer's: after the write
   Timeline tl = simulate(traces(b), simple_machine());
-  EXPECT_NEAR(tl.ranks[1][needs2].end_ms, 0.0, 1e-12);
+  EXPECT_NEAR(tl.ranks[1][needs1].end_ms, 0.0, 1e-12);
+  EXPECT_NEAR(tl.ranks[1][needs2].end_ms, 1.0, 1e-9);
   EXPECT_EQ(tl.waits_before_trace, 1);
 }
 
@@ -363,6 +368,7 @@ TEST(Trace, ByteFormRoundTripsAndRejectsDamage) {
   b[0].t.groups.push_back({0, 1});
   b[0].kernel_norm(0, 1e5);
   b[0].t.ops.back().measured_start_ms = 0.25;
+  b[0].t.prior_writes.push_back({101, 16, 7});
   b[0].copy(1, 5e5, 101);
   b[0].all_to_all(0, 0, 3, 8e5);
   const std::string s = serialize(b[0].t);
@@ -370,6 +376,8 @@ TEST(Trace, ByteFormRoundTripsAndRejectsDamage) {
   EXPECT_EQ(serialize(back), s);
   ASSERT_EQ(back.ops.size(), 3u);
   EXPECT_EQ(back.ops[1].dst_mem, 101u);
+  ASSERT_EQ(back.prior_writes.size(), 1u);
+  EXPECT_EQ(back.prior_writes[0].value, 7u);
   EXPECT_EQ(back.ops[0].measured_start_ms, 0.25);
   EXPECT_TRUE(std::isnan(back.ops[1].measured_start_ms));
   EXPECT_THROW(deserialize(s.substr(0, s.size() - 3)), std::runtime_error);

@@ -1,0 +1,54 @@
+// The recording decorator of the layer kernels (kernels/tracing_kernels.hpp). Flops and
+// bytes are those of the math in docs/math.md: a GEMM reads its input and weight and
+// writes its output; attention does 4 B H S^2 D flops (Q K^T and P V); norm + RoPE reads
+// and writes its rows in place; the conversion reads fp32 and writes the dtype.
+#include "kernels/tracing_kernels.hpp"
+
+namespace uipc {
+namespace {
+model::Op kernel_op(model::KernelKind k, double flops, double bytes, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+  model::Op op;
+  op.kind = model::OpKind::kKernel;
+  op.kernel = k;
+  op.flops = flops;
+  op.bytes = bytes;
+  op.dims[0] = d0;
+  op.dims[1] = d1;
+  op.dims[2] = d2;
+  op.dims[3] = d3;
+  return op;
+}
+double d(int64_t v) { return static_cast<double>(v); }
+}  // namespace
+
+void TracingKernels::gemm(Stream& s, const void* in, int64_t lda, const void* w, void* out, int64_t ldo, int64_t M,
+                          int64_t N, int64_t K, DType dtype, DType out_dtype) {
+  const double es = d(static_cast<int64_t>(dtype_size(dtype))), os = d(static_cast<int64_t>(dtype_size(out_dtype)));
+  model::Op op = kernel_op(model::KernelKind::kGemm, 2 * d(M) * d(N) * d(K), (d(M) * d(K) + d(K) * d(N)) * es + d(M) * d(N) * os,
+                           M, N, K, 0);
+  dev_.record_op(s, op, true, [&](Stream& in_s) { inner_->gemm(in_s, in, lda, w, out, ldo, M, N, K, dtype, out_dtype); });
+}
+
+void TracingKernels::norm_rope(Stream& s, const QkView& x, DType dtype, const NormRopeParams& p) {
+  const int64_t rows = x.batch * x.tokens_per_batch;
+  const double bytes = 2 * d(rows) * d(x.heads) * d(x.head_dim) * d(static_cast<int64_t>(dtype_size(dtype)));
+  model::Op op = kernel_op(model::KernelKind::kNormRope, 0, bytes, rows, x.heads, x.head_dim, 0);
+  dev_.record_op(s, op, true, [&](Stream& in_s) { inner_->norm_rope(in_s, x, dtype, p); });
+}
+
+void TracingKernels::attention(Stream& s, const void* q, const void* k, const void* v, void* o, int64_t batch,
+                               int64_t seq, int heads, int head_dim, DType dtype, float scale) {
+  const double flops = 4 * d(batch) * d(heads) * d(seq) * d(seq) * d(head_dim);
+  const double bytes = 4 * d(batch) * d(seq) * d(heads) * d(head_dim) * d(static_cast<int64_t>(dtype_size(dtype)));
+  model::Op op = kernel_op(model::KernelKind::kAttention, flops, bytes, batch, seq, heads, head_dim);
+  dev_.record_op(s, op, true,
+                 [&](Stream& in_s) { inner_->attention(in_s, q, k, v, o, batch, seq, heads, head_dim, dtype, scale); });
+}
+
+void TracingKernels::convert_from_f32(Stream& s, const float* in, void* out, int64_t n, DType dtype) {
+  model::Op op = kernel_op(model::KernelKind::kConvert, 0, d(n) * (4 + d(static_cast<int64_t>(dtype_size(dtype)))), n,
+                           0, 0, 0);
+  dev_.record_op(s, op, true, [&](Stream& in_s) { inner_->convert_from_f32(in_s, in, out, n, dtype); });
+}
+
+}  // namespace uipc

@@ -1,0 +1,79 @@
+// The traced layer of each run (lib/traced_layer.hpp).
+#include "lib/traced_layer.hpp"
+
+#include <mpi.h>
+
+#include "base/error.hpp"
+#include "comm/bootstrap.hpp"
+#include "model/simulator.hpp"
+
+namespace uipc {
+
+std::string machine_path(const std::string& name_or_path) {
+  const std::string name = name_or_path.empty() ? "h200-nvlink" : name_or_path;
+  if (name.find('/') != std::string::npos || name.find(".json") != std::string::npos) return name;
+  return std::string(ULYSSES_MACHINE_DIR) + "/" + name + ".json";
+}
+
+void run_traced_layer(TracingDevice& dev, LayerPipeline& pipe, Stream& compute, const TracedLayerSetup& setup,
+                      bool model_mode, RunResult& rr) {
+  int rank = 0, world = 1;
+  UIPC_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  UIPC_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  pipe.poison_output();
+  set_activity("at the barrier before the traced layer");
+  barrier_bounded(MPI_COMM_WORLD, setup.watchdog_s, setup.barrier_label, setup.spin_s);
+  set_activity("starting the traced layer");
+  dev.begin_trace(setup.measure);
+  pipe.enqueue_layer();
+  compute.synchronize();
+  model::RankTrace mine = dev.end_trace();
+
+  set_activity("exchanging the op traces");
+  std::vector<std::string> bytes =
+      allgather_strings(MPI_COMM_WORLD, model::serialize(mine), setup.watchdog_s, "the exchange of the op traces");
+  std::vector<model::RankTrace> traces;
+  for (const auto& b : bytes) traces.push_back(model::deserialize(b));
+
+  // Modelled stages of this rank, as flat [stage..., v_overlap, v_copy]; NaN if none.
+  std::vector<double> flat(kNumStages + 2, std::nan(""));
+  model::Timeline timeline;
+  if (setup.machine) {
+    set_activity("replaying the traces under the machine model");
+    try {
+      timeline = model::simulate(traces, *setup.machine);
+      dev.use_modeled_clock(&timeline.ranks[rank]);
+      LayerTiming t = pipe.last_timing();
+      dev.use_modeled_clock(nullptr);
+      std::copy(t.stage_ms, t.stage_ms + kNumStages, flat.begin());
+      flat[kNumStages] = t.v_overlap_ms;
+      flat[kNumStages + 1] = t.v_copy_ms;
+      rr.machine = setup.machine->name;
+    } catch (const Error& e) {
+      dev.use_modeled_clock(nullptr);
+      if (model_mode) throw RuntimeError(std::string("the model could not replay the traced layer: ") + e.what());
+      rr.model_note = std::string("not modelled: ") + e.what();
+    }
+  }
+  std::vector<double> all(flat.size() * static_cast<size_t>(world));
+  MPI_Request req;
+  UIPC_MPI_CHECK(MPI_Igather(flat.data(), static_cast<int>(flat.size()), MPI_DOUBLE, all.data(),
+                             static_cast<int>(flat.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD, &req));
+  wait_bounded(&req, 1, setup.watchdog_s, "the collection of the modelled stages", {});
+  if (rank != 0) return;
+  rr.traces = std::move(traces);
+  if (rr.machine.empty()) return;
+  rr.modeled_ops = timeline.ranks;
+  rr.modeled_waits_before_trace = timeline.waits_before_trace;
+  rr.modeled_stage_ms.clear();
+  rr.modeled_v_overlap_ms.clear();
+  rr.modeled_v_copy_ms.clear();
+  for (int r = 0; r < world; ++r) {
+    const double* f = all.data() + static_cast<size_t>(r) * flat.size();
+    rr.modeled_stage_ms.insert(rr.modeled_stage_ms.end(), f, f + kNumStages);
+    rr.modeled_v_overlap_ms.push_back(f[kNumStages]);
+    rr.modeled_v_copy_ms.push_back(f[kNumStages + 1]);
+  }
+}
+
+}  // namespace uipc
