@@ -19,6 +19,7 @@
 #include "comm/host_device.hpp"
 #include "lib/cli.hpp"
 #include "lib/deck_cli.hpp"
+#include "lib/model_cli.hpp"
 #include "lib/report.hpp"
 #include "lib/run.hpp"
 
@@ -164,6 +165,15 @@ void check_slurm_world(int world) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // `model` subcommands (the machine model's tools) are serial too.
+  if (argc >= 2 && std::strcmp(argv[1], "model") == 0) {
+    try {
+      return uipc::model_command(argc - 2, argv + 2);
+    } catch (const uipc::Error& e) {
+      std::fprintf(stderr, "ulysses-ipc model: error: %s\n", uipc::printable(e.what()).c_str());
+      return e.exit_code();
+    }
+  }
   // `deck` subcommands are serial tools: no MPI, no Kokkos.
   if (argc >= 2 && std::strcmp(argv[1], "deck") == 0) {
     try {

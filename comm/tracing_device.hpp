@@ -59,7 +59,7 @@ class TracingDevice final : public Device {
   // --- Device
   DeviceKind kind() const override { return inner_->kind(); }
   std::string name() const override { return inner_->name(); }
-  DeviceBuffer alloc(size_t bytes, bool exportable) override;
+  DeviceBuffer alloc(size_t bytes, bool exportable = false) override;
   IpcHandle export_handle(const DeviceBuffer& buf) override;
   PeerMapping open_handle(const IpcHandle& h, size_t bytes) override;
   void seal_export(const DeviceBuffer& buf) override { inner_->seal_export(buf); }

@@ -25,7 +25,7 @@ void TracingKernels::gemm(Stream& s, const void* in, int64_t lda, const void* w,
                           int64_t N, int64_t K, DType dtype, DType out_dtype) {
   const double es = d(static_cast<int64_t>(dtype_size(dtype))), os = d(static_cast<int64_t>(dtype_size(out_dtype)));
   model::Op op = kernel_op(model::KernelKind::kGemm, 2 * d(M) * d(N) * d(K), (d(M) * d(K) + d(K) * d(N)) * es + d(M) * d(N) * os,
-                           M, N, K, 0);
+                           M, N, K, static_cast<int64_t>(dtype_size(out_dtype)));
   dev_.record_op(s, op, true, [&](Stream& in_s) { inner_->gemm(in_s, in, lda, w, out, ldo, M, N, K, dtype, out_dtype); });
 }
 

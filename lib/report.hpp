@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lib/deck.hpp"
+#include "model/calibrate.hpp"
 #include "model/simulator.hpp"
 #include "model/trace.hpp"
 
@@ -82,6 +83,7 @@ struct RunResult {
   std::vector<double> modeled_stage_ms;                 // [rank][stage], ms, modelled
   std::vector<double> modeled_v_overlap_ms, modeled_v_copy_ms;  // [rank]; v_copy -1: no copy stream
   int modeled_waits_before_trace = 0;
+  std::vector<std::vector<model::StageTerm>> stage_terms;  // [rank]: stages from op end times
 };
 
 // Inputs, weights and output of one case, for --dump (rank 0's full tensors).

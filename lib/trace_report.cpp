@@ -1,6 +1,7 @@
 // The traced layer in a report (lib/trace_report.hpp).
 #include "lib/trace_report.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -22,14 +23,15 @@ const char* collective_name(int i) { return model::collective_kind_name(static_c
 
 // The byte form packed into int64 words (the HDF5 wrapper's integer datasets).
 std::vector<int64_t> pack(const std::string& bytes) {
-  std::vector<int64_t> words((bytes.size() + 7) / 8, 0);
-  if (!bytes.empty()) std::memcpy(words.data(), bytes.data(), bytes.size());
-  return words;
+  std::vector<uint64_t> u((bytes.size() + 7) / 8, 0);
+  for (size_t i = 0; i < bytes.size(); ++i)
+    u[i / 8] |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * (i % 8));
+  return std::vector<int64_t>(u.begin(), u.end());
 }
 
 std::string unpack(const std::vector<int64_t>& words, int64_t n) {
   std::string s(static_cast<size_t>(n), '\0');
-  if (n > 0) std::memcpy(&s[0], words.data(), static_cast<size_t>(n));
+  for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<char>(static_cast<uint64_t>(words[i / 8]) >> (8 * (i % 8)));
   return s;
 }
 
@@ -132,6 +134,13 @@ void write_traced_layer(const h5::Group& run_group, const RunResult& r) {
       for (int s = 0; s < kNumStages; ++s) crit[s] = std::max(crit[s], r.modeled_stage_ms[rk * kNumStages + s]);
     g.write_attr("modeled_critical_ms", crit);
   }
+  std::vector<double> terms;
+  for (size_t rk = 0; rk < r.stage_terms.size(); ++rk)
+    for (const auto& t : r.stage_terms[rk]) terms.insert(terms.end(), {static_cast<double>(rk), static_cast<double>(t.stage), static_cast<double>(t.op), t.coef});
+  if (!terms.empty()) {
+    h5::Dataset d = g.write_dataset("stage_terms", {static_cast<int64_t>(terms.size() / 4), 4}, terms.data());
+    d.write_attr("columns", std::vector<std::string>{"rank", "stage", "op", "coef"});
+  }
 }
 
 std::string StoredRun::shape_key() const {
@@ -187,8 +196,19 @@ std::vector<StoredRun> read_report_runs(const std::string& path) {
             throw InputError(path + ": " + cname + "/" + rname + "/traced_layer/" + dname + ": bad byte count");
           try {
             s.traces.push_back(model::deserialize(unpack(words, n)));
+            if (s.traces.back().rank != rk || s.traces.back().world != world) throw std::runtime_error("rank or world differs");
           } catch (const std::runtime_error& e) {
             throw InputError(path + ": " + cname + "/" + rname + "/traced_layer/" + dname + ": " + e.what());
+          }
+        }
+        s.stage_terms.resize(world);
+        if (tg.has_link("stage_terms")) {
+          std::vector<int64_t> dims;
+          std::vector<double> v = tg.read_doubles("stage_terms", &dims);
+          for (size_t i = 0; i + 3 < v.size(); i += 4) {
+            const int rk = static_cast<int>(v[i]);
+            if (rk < 0 || rk >= world) throw InputError(path + ": " + cname + "/" + rname + ": stage_terms: bad rank");
+            s.stage_terms[rk].push_back({static_cast<int>(v[i + 1]), static_cast<int>(v[i + 2]), v[i + 3]});
           }
         }
       }

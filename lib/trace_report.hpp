@@ -22,6 +22,7 @@ struct StoredRun {
   std::string dtype, qk_norm;
   std::vector<double> median_ms;           // measured (or, in --mode model, modelled) critical path
   std::vector<model::RankTrace> traces;    // empty when the run has no traced layer
+  std::vector<std::vector<model::StageTerm>> stage_terms;  // [rank]
   std::string shape_key() const;           // what must agree between a measured run and its traces
 };
 // Every run of every case of the report at `path`. Throws InputError naming what is wrong.

@@ -3,11 +3,56 @@
 
 #include <mpi.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "base/error.hpp"
 #include "comm/bootstrap.hpp"
+#include "model/calibrate.hpp"
 #include "model/simulator.hpp"
 
 namespace uipc {
+namespace {
+
+// The pipeline's stage accounting as terms (stage = sum of coef x end time of an event
+// record): found by probing last_timing() with one event record at time 1 and the rest
+// at 0, and checked against the modelled stages it must reproduce (the accounting must
+// stay linear in event times for stored traces to be replayable; this says so if not).
+std::vector<model::StageTerm> probe_stage_terms(TracingDevice& dev, LayerPipeline& pipe, const model::RankTrace& mine,
+                                                const std::vector<model::OpTime>& modeled, const LayerTiming& expect) {
+  std::vector<model::StageTerm> terms;
+  std::vector<model::OpTime> probe(mine.ops.size());
+  for (size_t j = 0; j < mine.ops.size(); ++j) {
+    if (mine.ops[j].kind != model::OpKind::kEventRecord) continue;
+    probe[j].end_ms = 1;
+    dev.use_modeled_clock(&probe);
+    const LayerTiming t = pipe.last_timing();
+    dev.use_modeled_clock(nullptr);
+    probe[j].end_ms = 0;
+    for (int s = 0; s < kNumStages; ++s)
+      if (t.stage_ms[s] != 0) terms.push_back({s, static_cast<int>(j), t.stage_ms[s]});
+  }
+  for (int s = 0; s < kNumStages; ++s) {
+    double sum = 0;
+    for (const auto& t : terms)
+      if (t.stage == s) sum += t.coef * modeled[t.op].end_ms;
+    UIPC_CHECK(std::fabs(sum - expect.stage_ms[s]) <= 1e-9 * (1 + std::fabs(expect.stage_ms[s])),
+               std::string("the stage accounting is not linear in event times (stage ") + stage_name(s) + ")");
+  }
+  return terms;
+}
+
+std::string terms_bytes(const std::vector<model::StageTerm>& terms) {
+  return std::string(reinterpret_cast<const char*>(terms.data()), terms.size() * sizeof(model::StageTerm));
+}
+
+std::vector<model::StageTerm> terms_of(const std::string& b) {
+  std::vector<model::StageTerm> t(b.size() / sizeof(model::StageTerm));
+  if (!t.empty()) std::memcpy(t.data(), b.data(), t.size() * sizeof(model::StageTerm));
+  return t;
+}
+
+}  // namespace
 
 std::string machine_path(const std::string& name_or_path) {
   const std::string name = name_or_path.empty() ? "h200-nvlink" : name_or_path;
@@ -38,6 +83,7 @@ void run_traced_layer(TracingDevice& dev, LayerPipeline& pipe, Stream& compute, 
   // Modelled stages of this rank, as flat [stage..., v_overlap, v_copy]; NaN if none.
   std::vector<double> flat(kNumStages + 2, std::nan(""));
   model::Timeline timeline;
+  std::vector<model::StageTerm> terms;
   if (setup.machine) {
     set_activity("replaying the traces under the machine model");
     try {
@@ -45,6 +91,7 @@ void run_traced_layer(TracingDevice& dev, LayerPipeline& pipe, Stream& compute, 
       dev.use_modeled_clock(&timeline.ranks[rank]);
       LayerTiming t = pipe.last_timing();
       dev.use_modeled_clock(nullptr);
+      terms = probe_stage_terms(dev, pipe, mine, timeline.ranks[rank], t);
       std::copy(t.stage_ms, t.stage_ms + kNumStages, flat.begin());
       flat[kNumStages] = t.v_overlap_ms;
       flat[kNumStages + 1] = t.v_copy_ms;
@@ -55,6 +102,8 @@ void run_traced_layer(TracingDevice& dev, LayerPipeline& pipe, Stream& compute, 
       rr.model_note = std::string("not modelled: ") + e.what();
     }
   }
+  std::vector<std::string> all_terms =
+      allgather_strings(MPI_COMM_WORLD, terms_bytes(terms), setup.watchdog_s, "the exchange of the stage terms");
   std::vector<double> all(flat.size() * static_cast<size_t>(world));
   MPI_Request req;
   UIPC_MPI_CHECK(MPI_Igather(flat.data(), static_cast<int>(flat.size()), MPI_DOUBLE, all.data(),
@@ -64,6 +113,8 @@ void run_traced_layer(TracingDevice& dev, LayerPipeline& pipe, Stream& compute, 
   rr.traces = std::move(traces);
   if (rr.machine.empty()) return;
   rr.modeled_ops = timeline.ranks;
+  rr.stage_terms.clear();
+  for (const auto& b : all_terms) rr.stage_terms.push_back(terms_of(b));
   rr.modeled_waits_before_trace = timeline.waits_before_trace;
   rr.modeled_stage_ms.clear();
   rr.modeled_v_overlap_ms.clear();

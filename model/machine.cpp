@@ -16,6 +16,7 @@ const std::vector<ParamSpec>& parameter_specs() {
   static const std::vector<ParamSpec> specs = {
       {"sm_count", "SMs", 1, 1024, "streaming multiprocessors per GPU (wave quantisation of GEMM and attention)"},
       {"gemm_tflops", "TFLOP/s", 1, 1e5, "dense bf16/fp16 GEMM rate at full waves"},
+      {"gemm_fp32_out_factor", "1", 0.1, 1, "rate of a GEMM writing fp32 (the output projection), as a fraction"},
       {"attention_scale", "1", 0.1, 10, "factor on the attention profile's rates"},
       {"norm_rope_gbs", "GB/s", 1, 1e5, "Q/K norm + RoPE, bytes read + written per second"},
       {"stream_gbs", "GB/s", 1, 1e5, "contiguous memory-bound kernels (conversion, memset), bytes read + written"},
@@ -31,9 +32,13 @@ const std::vector<ParamSpec>& parameter_specs() {
       {"copy_engines", "engines", 1, 64, "copy engines per GPU (peer copies that run on engines queue for one)"},
       {"peer_copy_on_sm", "0/1", 0, 1, "1: peer copies run on SMs like same-device copies; 0: on copy engines"},
       {"copy_engine_gbs", "GB/s", 1, 1e5, "most one copy engine moves"},
-      {"sm_copy_share", "1", 0.01, 1, "rate of an SM copy beside a kernel, as a fraction of its rate alone"},
-      {"kernel_share_beside_copy", "1", 0, 1, "rate of a kernel beside an SM copy, as a fraction of its rate alone"},
+      {"sm_copy_share", "1", 0.01, 1, "rate of an SM copy beside a memory-bound kernel, as a fraction of its rate alone"},
+      {"kernel_share_beside_copy", "1", 0, 1, "rate of a memory-bound kernel beside an SM copy, as a fraction of its rate alone"},
+      {"sm_copy_share_behind_gemm", "1", 0.001, 1,
+       "rate of an SM copy beside a GEMM or attention, which hold the SMs (and are not slowed)"},
       {"ipc_mapping_factor", "1", 0.1, 1, "rate of copies into legacy-IPC mappings, as a fraction of the link's"},
+      {"peer_copy_share_beside_gemm", "1", 0.01, 1,
+       "rate of a peer copy while a GEMM or attention runs on its GPU, as a fraction of its rate alone"},
       {"link_gbs", "GB/s", 1, 1e5, "NVLink per GPU and direction (egress and ingress each)"},
       {"link_latency_us", "us", 0, 1e4, "a write over NVLink becomes visible this long after it is done"},
       {"nic_gbs", "GB/s", 0.1, 1e4, "network per GPU and direction (one NIC per GPU)"},
@@ -42,6 +47,7 @@ const std::vector<ParamSpec>& parameter_specs() {
       {"nccl_link_fraction", "1", 0.01, 1, "NCCL's share of the link's rate in its collectives"},
       {"nccl_nic_fraction", "1", 0.01, 1, "NCCL's share of the NIC's rate across nodes"},
       {"start_skew_us", "us", 0, 1e5, "ranks leave the barrier before a layer spread over this time"},
+      {"gpu_speed_spread", "1", 0, 0.2, "GPUs differ in speed: the last rank's kernels are this fraction slower"},
   };
   return specs;
 }

@@ -25,7 +25,8 @@ struct Rates {
   double gemm, attention_scale, norm, stream, sm_copy, copy_engine, link, nic;  // per ms
   double kernel_lat, copy_lat, hop, memop, link_lat, nic_lat, nccl_lat;         // ms
   double host_launch, host_copy, host_api, skew;                                // ms
-  double sm_copy_share, kernel_share, ipc_factor, nccl_link, nccl_nic;
+  double sm_copy_share, kernel_share, ipc_factor, nccl_link, nccl_nic, fp32_out, spread, peer_beside_gemm;
+  double copy_behind_gemm;
   int engines;
   bool peer_on_sm;
   const Machine* m;
@@ -60,6 +61,10 @@ struct Rates {
     ipc_factor = mc.p("ipc_mapping_factor");
     nccl_link = mc.p("nccl_link_fraction");
     nccl_nic = mc.p("nccl_nic_fraction");
+    fp32_out = mc.p("gemm_fp32_out_factor");
+    spread = mc.p("gpu_speed_spread");
+    peer_beside_gemm = mc.p("peer_copy_share_beside_gemm");
+    copy_behind_gemm = mc.p("sm_copy_share_behind_gemm");
     engines = static_cast<int>(mc.p("copy_engines"));
     peer_on_sm = mc.p("peer_copy_on_sm") >= 0.5;
   }
@@ -117,7 +122,7 @@ double sm_work_ms(const Op& op, const Rates& r) {
       switch (op.kernel) {
         case KernelKind::kGemm: {
           const double tiles = std::ceil(op.dims[0] / 128.0) * std::ceil(op.dims[1] / 256.0);
-          return op.flops / (r.gemm * wave_efficiency(tiles, r.sm_count));
+          return op.flops / (r.gemm * wave_efficiency(tiles, r.sm_count) * (op.dims[3] == 4 ? r.fp32_out : 1.0));
         }
         case KernelKind::kAttention:
           return op.flops / attention_rate(r, op.dims[0], op.dims[1], op.dims[2], op.dims[3]);
@@ -150,6 +155,7 @@ struct SimOp {
   double cap = 0;            // kFlow: most bytes per ms it can move
   double rate = 0;           // per ms
   double engine_request = 0; // when it asked for a copy engine
+  double work_start = 0;     // when its work phase began
   bool counted = false;      // a wait already counted as satisfied before the trace
 };
 
@@ -202,6 +208,7 @@ class Simulation {
       const RankTrace& t = traces[rk];
       host_clock_[rk] = world > 1 ? r_.skew * rk / (world - 1) : 0.0;
       ops_[rk].resize(t.ops.size());
+      total_ += t.ops.size();
       stream_ops_[rk].resize(t.streams.size());
       heads_[rk].assign(t.streams.size(), 0);
       for (size_t i = 0; i < t.ops.size(); ++i) {
@@ -297,7 +304,7 @@ class Simulation {
       case OpKind::kKernel:
       case OpKind::kMemset:
         s.work = Work::kSm;
-        s.remaining = sm_work_ms(op, r_);
+        s.remaining = sm_work_ms(op, r_) * speed_factor(s.rank);
         break;
       case OpKind::kCopy: {
         s.src_gpu = owner_of(op.src_mem, s.rank);
@@ -329,6 +336,12 @@ class Simulation {
     }
   }
 
+  // GPUs are not alike: rank r's kernels take 1 + spread r / (world - 1) as long.
+  double speed_factor(int rank) const {
+    const size_t w = tr_.size();
+    return w > 1 ? 1.0 + r_.spread * rank / static_cast<double>(w - 1) : 1.0;
+  }
+
   double host_cost(const Op& op) const {
     switch (op.kind) {
       case OpKind::kKernel:
@@ -357,6 +370,7 @@ class Simulation {
         s.end = host_clock_[rk];
         s.issue = s.start;
         s.state = State::kDone;
+        ++done_;
       } else {
         host_clock_[rk] += host_cost(*s.op);
         s.issue = host_clock_[rk];
@@ -376,6 +390,7 @@ class Simulation {
 
   void finish(SimOp& s, double t) {
     s.state = State::kDone;
+    ++done_;
     s.end = t;
     if (s.op->kind == OpKind::kWriteValue) {
       const WordKey w = word_of(*s.op, s.rank);
@@ -516,6 +531,7 @@ class Simulation {
           waiting_engine_.push_back(&s);
         } else {
           s.state = State::kWorking;
+          s.work_start = t;
           working_.push_back(&s);
         }
         return true;
@@ -534,7 +550,6 @@ class Simulation {
 
   // Copy engines in order of request (then rank, then op): deterministic and FIFO.
   bool grant_engines(double t) {
-    (void)t;
     bool changed = false;
     std::stable_sort(waiting_engine_.begin(), waiting_engine_.end(), [](const SimOp* a, const SimOp* b) {
       return std::tie(a->engine_request, a->rank, a->index) < std::tie(b->engine_request, b->rank, b->index);
@@ -547,6 +562,7 @@ class Simulation {
       if (busy < r_.engines) {
         ++busy;
         s->state = State::kWorking;
+        s->work_start = t;
         working_.push_back(s);
         it = waiting_engine_.erase(it);
         changed = true;
@@ -559,15 +575,29 @@ class Simulation {
 
   void compute_rates() {
     // SM sharing per GPU.
-    std::map<int, std::pair<int, int>> per_gpu;  // gpu -> (kernels, sm copies)
+    // Per GPU: kernels, SM copies, and GEMMs/attention working.
+    std::vector<std::pair<int, int>>& per_gpu = per_gpu_;
+    per_gpu.assign(ops_.size(), {0, 0});
+    compute_bound_.assign(ops_.size(), 0);
     for (SimOp* w : working_) {
       if (w->work == Work::kSm && !w->sm_copy) ++per_gpu[w->rank].first;
       if (w->sm_copy) ++per_gpu[w->rank].second;
+      if (w->op->kind == OpKind::kKernel &&
+          (w->op->kernel == KernelKind::kGemm || w->op->kernel == KernelKind::kAttention)) {
+        ++compute_bound_[w->rank];
+      }
     }
+    // A GEMM or attention holds the SMs: an SM copy beside it gets little and does not
+    // slow it. Beside memory-bound kernels, the copy and the kernel share.
     auto sm_share = [&](const SimOp& w) {
       const auto [k, c] = per_gpu[w.rank];
-      if (w.sm_copy) return (k > 0 ? r_.sm_copy_share : 1.0) / c;
-      return (c > 0 ? r_.kernel_share : 1.0) / k;
+      const bool held = compute_bound_[w.rank] > 0;
+      if (w.sm_copy) {
+        if (k == 0) return 1.0 / c;
+        return (held ? r_.copy_behind_gemm : r_.sm_copy_share) / c;
+      }
+      if (c == 0) return 1.0 / k;
+      return (held ? 1.0 : r_.kernel_share) / k;
     };
     // Flows over link egress/ingress, max-min fair (progressive filling).
     std::vector<SimOp*> flows;
@@ -581,7 +611,8 @@ class Simulation {
     std::vector<bool> frozen(flows.size(), false);
     for (size_t i = 0; i < flows.size(); ++i) {
       flows[i]->rate = 0;
-      cap[i] = flows[i]->cap * (flows[i]->sm_copy ? sm_share(*flows[i]) : 1.0);
+      cap[i] = flows[i]->cap * (flows[i]->sm_copy ? sm_share(*flows[i]) : 1.0) *
+               (compute_bound_[flows[i]->rank] > 0 ? r_.peer_beside_gemm : 1.0);
     }
     auto res = [&](size_t i, int dir) { return std::make_pair(dir == 0 ? flows[i]->src_gpu : flows[i]->dst_gpu, dir); };
     for (size_t left = flows.size(); left > 0;) {
@@ -610,14 +641,7 @@ class Simulation {
     }
   }
 
-  bool all_done() const {
-    for (size_t rk = 0; rk < ops_.size(); ++rk) {
-      if (host_next_[rk] < ops_[rk].size()) return false;
-      for (const SimOp& s : ops_[rk])
-        if (s.state != State::kDone) return false;
-    }
-    return true;
-  }
+  bool all_done() const { return done_ == total_; }
 
   std::string stuck_message() {
     std::ostringstream msg;
@@ -646,8 +670,11 @@ class Simulation {
   std::map<WordKey, std::vector<WordWrite>> words_;
   std::map<CollectiveKey, std::vector<std::pair<int, int>>> collectives_;
   std::vector<SimOp*> working_, waiting_engine_;
+  std::vector<std::pair<int, int>> per_gpu_;
+  std::vector<int> compute_bound_;  // per GPU: GEMMs and attention working now
   std::map<int, int> engines_busy_, engines_released_;
   int waits_before_trace_ = 0;
+  size_t done_ = 0, total_ = 0;
 };
 
 }  // namespace

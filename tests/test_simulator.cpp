@@ -26,6 +26,9 @@ Machine simple_machine() {
   set("sm_count", 100);
   set("gemm_tflops", 1000);
   set("attention_scale", 1);
+  set("gemm_fp32_out_factor", 1);
+  set("peer_copy_share_beside_gemm", 1);
+  set("sm_copy_share_behind_gemm", 0.1);
   // Rates in GB/s: 1 GB/s is 1e6 bytes per ms.
   set("norm_rope_gbs", 1000);        // 1e9 bytes per ms
   set("stream_gbs", 1000);
@@ -386,7 +389,7 @@ TEST(Trace, ByteFormRoundTripsAndRejectsDamage) {
 }
 
 TEST(Machine, ShippedFilesLoadAndRoundTrip) {
-  for (const char* f : {"h200-nvlink", "h100-sxm", "h200-2node"}) {
+  for (const char* f : {"h200-nvlink", "h200-nvlink-prior", "h100-sxm", "h200-2node"}) {
     const std::string path = std::string(ULYSSES_SOURCE_DIR) + "/inputs/machines/" + f + ".json";
     Machine m = load_machine(path);
     EXPECT_EQ(m.name, f);

@@ -1,5 +1,7 @@
-"""`plot`: PNG figures of a report: stage bars, a per-rank timeline of one layer, and
-speedup against Ulysses degree.
+"""`plot`: PNG figures of a report: stage bars, a per-rank timeline of one layer, a
+per-stream Gantt chart of each run's traced layer (measured on the GPU, modelled where a
+machine was modelled; modelled first in simulation and model mode), and speedup against
+Ulysses degree.
 
 Only what the report holds is drawn. It stores per-stage durations of each timed layer
 on each rank, not start times, so the timeline lays a rank's stages back to back in
@@ -30,6 +32,8 @@ _DPI = 110
 
 def _mode_note(reports: list[Report]) -> str:
     modes = sorted({r.mode for r in reports})
+    if modes == ["model"]:
+        return "model mode: every time MODELED (no data ran)"
     if modes == ["sim"]:
         return "simulation mode: CPU times of a simulated run, not GPU figures"
     if "sim" in modes:
@@ -133,6 +137,83 @@ def timeline(report: Report, case: Case, out_dir: str) -> str:
     return _save(fig, out_dir, f"{case.name}.timeline.png")
 
 
+# Op categories of the Gantt chart, in legend order.
+_OP_COLORS = {"gemm": "#4e79a7", "norm_rope": "#f28e2b", "attention": "#76b7b2", "convert": "#edc948",
+              "copy (same GPU)": "#b07aa1", "copy (to/from a peer)": "#e15759", "collective": "#59a14f",
+              "memset": "#9c755f", "wait (event or epoch word)": "#d3d3d3", "write (epoch word)": "#000000"}
+
+
+def _op_category(traced, i: int) -> str | None:
+    ops = traced.ops
+    kind = traced.kind_names[int(ops["op_kind"][i])]
+    if kind == "kernel":
+        k = traced.kernel_names[int(ops["op_kernel"][i])]
+        return k if k in _OP_COLORS else "gemm"
+    if kind == "copy":
+        rank = int(ops["op_rank"][i])
+        local = int(ops["op_src_rank"][i]) == rank and int(ops["op_dst_rank"][i]) == rank
+        return "copy (same GPU)" if local else "copy (to/from a peer)"
+    if kind == "collective":
+        return "collective"
+    if kind == "memset":
+        return "memset"
+    if kind in ("wait_value", "stream_wait_event"):
+        return "wait (event or epoch word)"
+    if kind == "write_value":
+        return "write (epoch word)"
+    return None  # event records and host syncs take no stream time
+
+
+def gantt(report: Report, case: Case, out_dir: str, which: str) -> str | None:
+    """Per run, every rank's streams in the traced layer: one bar per op from its start to
+    its end, `which` = "modeled" or "measured" times. None when no run has such times."""
+    runs = [r for r in case.runs if r.traced is not None and "op_rank" in r.traced.ops
+            and (r.traced.modeled if which == "modeled" else r.traced.measured)]
+    if not runs:
+        return None
+    key0, key1 = (f"op_{which}_start_ms", f"op_{which}_end_ms")
+    heights = []
+    for run in runs:
+        ops = run.traced.ops
+        heights.append(len({(int(a), int(b)) for a, b in zip(ops["op_rank"], ops["op_stream"]) if b >= 0}))
+    fig = Figure(figsize=(12.0, 1.2 + sum(0.9 + 0.28 * h for h in heights)))
+    axes = fig.subplots(len(runs), 1, squeeze=False, gridspec_kw={"height_ratios": [max(1, h) for h in heights]})[:, 0]
+    used: set[str] = set()
+    for ax, run in zip(axes, runs):
+        t = run.traced
+        ops = t.ops
+        rows = sorted({(int(a), int(b)) for a, b in zip(ops["op_rank"], ops["op_stream"]) if b >= 0})
+        where = {rs: i for i, rs in enumerate(rows)}
+        for i in range(len(ops["op_rank"])):
+            cat = _op_category(t, i)
+            s0, s1 = float(ops[key0][i]), float(ops[key1][i])
+            if cat is None or not (np.isfinite(s0) and np.isfinite(s1)) or int(ops["op_stream"][i]) < 0:
+                continue
+            y = where[(int(ops["op_rank"][i]), int(ops["op_stream"][i]))]
+            width = max(s1 - s0, 0.0)
+            if cat == "write (epoch word)":
+                ax.plot([s0, s0], [y - 0.35, y + 0.35], color=_OP_COLORS[cat], linewidth=0.8)
+            else:
+                ax.barh(y, width, left=s0, height=0.7 if not cat.startswith("wait") else 0.3,
+                        color=_OP_COLORS[cat], edgecolor="none")
+            used.add(cat)
+        labels = [f"rank {r} stream {s}" + (" (high)" if t.stream_high_priority.get((r, s)) else "") for r, s in rows]
+        ax.set_yticks(range(len(rows)), labels, fontsize=6)
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        note = f"modeled on {t.machine}" if which == "modeled" else (
+            "measured on the GPU (events around each op)" if report.mode == "gpu" else "CPU times of the simulated run")
+        ax.set_title(f"{_run_label(run)}: {note}", fontsize=8, loc="left")
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1].set_xlabel("ms from the start of the traced layer" + (" (MODELED)" if which == "modeled" else ""))
+    handles = [Patch(color=c, label=k) for k, c in _OP_COLORS.items() if k in used]
+    fig.legend(handles=handles, loc="lower center", ncol=5, fontsize=7, frameon=False)
+    title = ("MODELED per-stream timeline" if which == "modeled" else "measured per-stream timeline")
+    fig.suptitle(f"case {case.name}: {title} of one traced layer per run, every rank's streams\n"
+                 f"{case.shape}, ulysses {case.degree}, tp {case.tp}; {_mode_note([report])}", fontsize=9)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return _save(fig, out_dir, f"{case.name}.gantt-{which}.png")
+
+
 @dataclass(frozen=True)
 class _Point:
     case: str
@@ -204,6 +285,12 @@ def plot(report: Report, out_dir: str, case_names: list[str] | None, extra: list
     for case in report.select(case_names):
         if not case.runs:
             continue
+        # Modelled first where the report's own times are not GPU times.
+        order = ("measured", "modeled") if report.mode == "gpu" else ("modeled", "measured")
+        for which in order:
+            path = gantt(report, case, out_dir, which)
+            if path:
+                written.append(path)
         written.append(stage_bars(report, case, out_dir))
         written.append(timeline(report, case, out_dir))
     reports = [report, *extra]

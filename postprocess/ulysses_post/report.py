@@ -103,6 +103,31 @@ class _Reader:
 
 
 @dataclass
+class TracedLayer:
+    """The run's traced layer (docs/report.md, "traced_layer"): one layer's ops on every
+    rank's streams, with measured times (GPU; CPU times in simulation mode) and, where a
+    machine was modelled, modelled times and modelled stages (always labelled modelled)."""
+
+    machine: str  # "" when not modelled (model_note says why)
+    model_note: str
+    measured: bool
+    ops: dict[str, np.ndarray]  # op_rank, op_stream, op_kind, ..., one entry per op
+    kind_names: list[str]
+    kernel_names: list[str]
+    stream_high_priority: dict[tuple[int, int], bool]
+    modeled_stage_ms: np.ndarray | None  # (ranks, 7)
+
+    @property
+    def modeled(self) -> bool:
+        return bool(self.machine) and self.modeled_stage_ms is not None
+
+    def modeled_critical_ms(self) -> np.ndarray:
+        """Per stage, the slowest rank's modelled time (the model's critical path)."""
+        assert self.modeled_stage_ms is not None
+        return self.modeled_stage_ms.max(axis=0)
+
+
+@dataclass
 class Run:
     """One transport x schedule of a case, with statistics recomputed from `stage_ms`."""
 
@@ -126,6 +151,8 @@ class Run:
     # an exact parity pass (parity_pass is 0).
     approximate: bool = False
     approx_pass: bool = False
+    parity_computed: bool = True  # False in --mode model (no data): never a pass
+    traced: TracedLayer | None = None
     median_ms: np.ndarray = field(init=False)  # (7,), critical path over ranks
     p10_ms: np.ndarray = field(init=False)
     p90_ms: np.ndarray = field(init=False)
@@ -230,6 +257,11 @@ class Report:
     def simulated(self) -> bool:
         return self.mode == "sim"
 
+    @property
+    def model_only(self) -> bool:
+        """--mode model: every time in stage_ms is a modelled time (no data, no arithmetic)."""
+        return self.mode == "model"
+
     def case(self, name: str) -> Case:
         for c in self.cases:
             if c.name == name:
@@ -247,6 +279,29 @@ def _check_close(r: _Reader, name: str, stored: np.ndarray, computed: np.ndarray
         raise r.fail(f"attribute '{name}' {np.array2string(stored, precision=6)} disagrees with "
                      f"{np.array2string(computed, precision=6)} computed from stage_ms: "
                      "the report is inconsistent")
+
+
+def _read_traced(r: _Reader, g: h5py.Group) -> TracedLayer | None:
+    t = g.get("traced_layer")
+    if not isinstance(t, h5py.Group):
+        return None
+    tr = _Reader(r.path, r.where + "traced_layer: ", t)
+    ops = {k: np.asarray(t[k][()]) for k in t if k.startswith("op_") and isinstance(t[k], h5py.Dataset)}
+    n = {v.shape for v in ops.values()}
+    if len(n) > 1:
+        raise tr.fail(f"the op_* datasets differ in length: {sorted(n)}")
+    kinds = _texts(t["op_kind"].attrs["names"]) if "op_kind" in t else []
+    kernels = _texts(t["op_kernel"].attrs["names"]) if "op_kernel" in t else []
+    prio = {}
+    if "stream_rank" in t:
+        for rk, ix, hp in zip(t["stream_rank"][()], t["stream_index"][()], t["stream_high_priority"][()]):
+            prio[(int(rk), int(ix))] = bool(hp)
+    modeled = np.asarray(t["modeled_stage_ms"][()], dtype=np.float64) if "modeled_stage_ms" in t else None
+    if modeled is not None and (modeled.ndim != 2 or modeled.shape[1] != len(STAGES)):
+        raise tr.fail(f"modeled_stage_ms has shape {modeled.shape}, expected (ranks, {len(STAGES)})")
+    return TracedLayer(machine=tr.text("machine", ""), model_note=tr.text("model_note", ""),
+                       measured=bool(tr.integer("measured")) if "measured" in t.attrs else False, ops=ops,
+                       kind_names=kinds, kernel_names=kernels, stream_high_priority=prio, modeled_stage_ms=modeled)
 
 
 def _read_run(path: str, case: str, tolerances: tuple[float, float], g: h5py.Group) -> Run:
@@ -274,7 +329,9 @@ def _read_run(path: str, case: str, tolerances: tuple[float, float], g: h5py.Gro
               parity_finite=bool(r.integer("parity_finite")), parity_max_abs=r.number("parity_max_abs"),
               parity_rel_l2=r.number("parity_rel_l2"), scatter_bytes_per_rank=r.integer("scatter_bytes_per_rank"),
               scatter_bandwidth_gbs=r.number("scatter_bandwidth_gbs"), stage_ms=stage_ms, v_overlap_ms=overlap,
-              ablation=r.text("ablation", ""), approximate=r.text("parity_kind", "exact") == "approximate")
+              ablation=r.text("ablation", ""), approximate=r.text("parity_kind", "exact") == "approximate",
+              parity_computed=bool(r.integer("parity_computed")) if "parity_computed" in g.attrs else True,
+              traced=_read_traced(r, g))
     if run.approximate:
         run.approx_pass = bool(r.integer("approx_pass"))
         if run.parity_pass:
@@ -286,6 +343,10 @@ def _read_run(path: str, case: str, tolerances: tuple[float, float], g: h5py.Gro
     scatter = run.median_ms[STAGES.index("scatter")]
     bandwidth = run.scatter_bytes_per_rank / (scatter * 1e-3) / 1e9 if np.isfinite(scatter) and scatter > 0 else 0.0
     _check_close(r, "scatter_bandwidth_gbs", np.array([run.scatter_bandwidth_gbs]), np.array([bandwidth]))
+    if not run.parity_computed:
+        if run.parity_pass:
+            raise r.fail("parity_pass = 1 although parity_computed = 0: the report is inconsistent")
+        return run
     tol_max_abs, tol_rel_l2 = tolerances
     expected_pass = run.parity_finite and run.parity_max_abs <= tol_max_abs and run.parity_rel_l2 <= tol_rel_l2
     if expected_pass != run.parity_pass:

@@ -25,6 +25,8 @@ def _transport(run: Run) -> str:
 
 
 def _parity(run: Run) -> str:
+    if not run.parity_computed:
+        return "not computed"
     if run.approximate:  # judged by its own tolerance, never an exact pass
         verdict = "approx " + ("PASS" if run.approx_pass else "FAIL")
     else:
@@ -51,16 +53,51 @@ def _bound(run: Run, link_gbs: float) -> str:
     return "-" if math.isnan(f) else f"{100 * f:.0f}%"
 
 
-def case_lines(case: Case, link_gbs: float | None = None) -> list[str]:
-    """The text block of one case: header, table, footnotes."""
+def modeled_lines(case: Case) -> list[str]:
+    """The modelled stages of every run's traced layer (the simulator's replay under the
+    report's machine): labelled modelled, never to be read as measured."""
+    runs = [r for r in case.runs if r.traced is not None and r.traced.modeled]
+    notes = [f"  {r.name}: {r.traced.model_note}" for r in case.runs
+             if r.traced is not None and not r.traced.modeled and r.traced.model_note]
+    if not runs:
+        return (["  MODELED: no run of this case was modelled"] + notes) if notes else []
+    machines = sorted({r.traced.machine for r in runs})
+    crit = {r.name: r.traced.modeled_critical_ms() for r in runs}
+    layer = STAGES.index("layer")
+    scatter = STAGES.index("scatter")
+    base = crit.get(BASELINE_RUN)
+    headers = ["transport", "schedule", *_STAGE_HEADERS, "speedup", "scatter x"]
+    rows = []
+    for r in runs:
+        c = crit[r.name]
+        nccl = crit.get(f"nccl.{r.schedule}")
+        rows.append([_transport(r), r.schedule, *(text.ms(float(v)) for v in c),
+                     text.factor(float(base[layer] / c[layer])) if base is not None else "-",
+                     text.factor(float(nccl[scatter] / c[scatter])) if nccl is not None else "-"])
+    lines = [f"  MODELED on {', '.join(machines)}: one traced layer per run replayed by the simulator "
+             "(docs/model.md); stage times of the slowest rank, ms. Modeled, not measured."]
+    lines += ["  " + line for line in text.table(headers, rows, left=2)]
+    return lines + notes
+
+
+def case_lines(case: Case, link_gbs: float | None = None, mode: str = "gpu") -> list[str]:
+    """The text block of one case: header, table, footnotes. In simulation and model mode
+    the modelled figures come first; in model mode they are the only ones."""
     degree = f"ulysses {case.degree}" + (" (deck: 0 = all ranks / tp)" if case.ulysses_deck == 0 else "")
     shape = case.runs[0].stage_ms.shape if case.runs else (0, 0, 0)
     lines = [
         f"case {case.name}: {case.shape}, {degree}, tp {case.tp}; "
         f"{shape[0]} repeat(s) x {shape[1]} iteration(s) x {shape[2]} rank(s)",
-        "  stage medians and layer p10/p90 in ms, of the critical path (per layer, the slowest rank); "
-        + _baseline_note(case),
     ]
+    if mode == "model":
+        lines += modeled_lines(case)
+        lines.append("  parity: not computed (--mode model runs no data)")
+        return lines
+    if mode == "sim":
+        lines += modeled_lines(case)
+    what = "CPU times of the simulated run" if mode == "sim" else "measured"
+    lines.append(f"  {what}: stage medians and layer p10/p90 in ms, of the critical path (per layer, the slowest "
+                 "rank); " + _baseline_note(case))
     headers = ["transport", "schedule", "projection", *_STAGE_HEADERS, "layer p10", "layer p90", "speedup",
                "scatter x", *(["link bound"] if link_gbs else []), "parity", "max_abs", "rel_l2", "V/QK overlap"]
     rows = []
@@ -83,13 +120,15 @@ def case_lines(case: Case, link_gbs: float | None = None) -> list[str]:
     if any(r.v_overlap_ms is not None for r in case.runs):
         lines.append("  V/QK overlap: median over every rank's timed layers of the time the V scatter and "
                      "Q/K norm + RoPE ran at once ('-': not measured)")
+    if mode == "gpu":
+        lines += modeled_lines(case)
     return lines
 
 
 def write_text(report: Report, cases: list[Case], out: TextIO, link_gbs: float | None = None) -> None:
     lines = text.provenance(report)
     for case in cases:
-        lines += ["", *case_lines(case, link_gbs)]
+        lines += ["", *case_lines(case, link_gbs, report.mode)]
     if not cases:
         lines += ["", "(the report holds no cases)"]
     out.write("\n".join(lines) + "\n")
@@ -100,7 +139,9 @@ CSV_FIELDS = (["report", "mode", "world_size", "case", "ulysses_degree", "run", 
               + [f"{s}_median_ms" for s in STAGES]
               + ["layer_p10_ms", "layer_p90_ms", "baseline_run", "speedup", "parity_pass", "parity_finite",
                  "parity_max_abs", "parity_rel_l2", "v_overlap_median_ms", "scatter_bandwidth_gbs",
-                 "scatter_bytes_per_rank", "scatter_speedup_vs_nccl", "link_bound_fraction"])
+                 "scatter_bytes_per_rank", "scatter_speedup_vs_nccl", "link_bound_fraction", "parity_computed",
+                 "modeled_machine"]
+              + [f"{s}_modeled_ms" for s in STAGES])
 
 
 def write_csv(report: Report, cases: list[Case], out: TextIO, link_gbs: float | None = None) -> None:
@@ -121,7 +162,14 @@ def write_csv(report: Report, cases: list[Case], out: TextIO, link_gbs: float | 
                         int(run.parity_finite), repr(run.parity_max_abs), repr(run.parity_rel_l2),
                         "" if overlap is None else repr(overlap), repr(run.scatter_bandwidth_gbs),
                         run.scatter_bytes_per_rank, "" if sx is None else repr(sx),
-                        repr(run.link_bound_fraction(link_gbs)) if link_gbs else ""])
+                        repr(run.link_bound_fraction(link_gbs)) if link_gbs else "", int(run.parity_computed),
+                        *_modeled_cells(run)])
+
+
+def _modeled_cells(run: Run) -> list[str]:
+    if run.traced is None or not run.traced.modeled:
+        return [""] * (1 + len(STAGES))
+    return [run.traced.machine, *(repr(float(v)) for v in run.traced.modeled_critical_ms())]
 
 
 def summarize(report: Report, case_names: list[str] | None, as_csv: bool, out: TextIO | None = None,
@@ -132,6 +180,8 @@ def summarize(report: Report, case_names: list[str] | None, as_csv: bool, out: T
         if report.simulated:
             # stdout stays machine-readable; the caveat goes where a person sees it.
             sys.stderr.write(f"ulysses-post: {report.path}: {text.SIM_NOTE}\n")
+        if report.model_only:
+            sys.stderr.write(f"ulysses-post: {report.path}: {text.MODEL_NOTE}\n")
         write_csv(report, cases, out, link_gbs)
     else:
         write_text(report, cases, out, link_gbs)

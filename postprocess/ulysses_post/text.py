@@ -11,6 +11,8 @@ from .report import Report
 
 SIM_NOTE = ("simulation mode: times are CPU wall-clock times of a simulated run (every rank a simulated "
             "GPU on the host CPU), NOT GPU figures")
+MODEL_NOTE = ("model mode: every time is MODELLED by the simulator for the machine named (no data, no "
+              "arithmetic ran); parity was not computed")
 
 
 def ms(value: float | None) -> str:
@@ -75,4 +77,6 @@ def provenance(report: Report) -> list[str]:
         lines.append(f"command line   {report.command_line}")
     if report.simulated:
         lines.append(f"NOTE           {SIM_NOTE}")
+    if report.model_only:
+        lines.append(f"NOTE           {MODEL_NOTE}")
     return lines

@@ -1,0 +1,273 @@
+// `ulysses-ipc model calibrate|validate|loo` (docs/model.md, "Calibration").
+//
+// Every command takes pairs MEASURED=TRACES: a GPU report and a --mode model report of
+// the same cases on the same number of ranks (its traced layers carry the traces and
+// the stage terms). Runs are joined by case and run name and must agree in shape and
+// in the transport that ran.
+#include "lib/model_cli.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/error.hpp"
+#include "lib/report.hpp"
+#include "lib/trace_report.hpp"
+#include "lib/traced_layer.hpp"
+#include "model/calibrate.hpp"
+#include "model/machine.hpp"
+
+namespace uipc {
+namespace {
+
+const char* const kUsage =
+    "usage: ulysses-ipc model calibrate --machine BASE --pair MEASURED=TRACES ... [--without MEASURED] -o OUT.json\n"
+    "       ulysses-ipc model validate  --machine M --pair MEASURED=TRACES ... [--markdown]\n"
+    "       ulysses-ipc model loo       --machine BASE --pair MEASURED=TRACES ... [--markdown]\n"
+    "\n"
+    "MEASURED is a GPU report (--mode gpu), TRACES a --mode model report of the same cases\n"
+    "on the same number of ranks. calibrate fits BASE's free parameters (those with \"fit\")\n"
+    "to the measured stage medians of every pair (but --without ones) and writes the\n"
+    "machine; validate prints modelled against measured, stage by stage; loo calibrates\n"
+    "without each measured report in turn and predicts it (leave-one-out). M / BASE: a\n"
+    "machine file or a shipped name (h200-nvlink). Exit 0, or 2 for bad input.\n";
+
+struct Options {
+  std::string command, machine, output;
+  std::vector<std::pair<std::string, std::string>> pairs;
+  std::vector<std::string> without;
+  bool markdown = false;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  if (argc < 1) throw InputError("model: give a command: calibrate, validate or loo (ulysses-ipc model --help)");
+  o.command = argv[0];
+  auto value = [&](int& i) -> std::string {
+    if (i + 1 >= argc) throw InputError(std::string("model ") + o.command + ": " + argv[i] + ": needs a value");
+    return argv[++i];
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--machine") {
+      o.machine = value(i);
+    } else if (a == "-o" || a == "--output") {
+      o.output = value(i);
+    } else if (a == "--pair") {
+      const std::string v = value(i);
+      const size_t eq = v.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
+        throw InputError("model " + o.command + ": --pair: '" + v + "' is not MEASURED=TRACES");
+      o.pairs.emplace_back(v.substr(0, eq), v.substr(eq + 1));
+    } else if (a == "--without") {
+      o.without.push_back(value(i));
+    } else if (a == "--markdown") {
+      o.markdown = true;
+    } else {
+      throw InputError("model " + o.command + ": unknown argument '" + a + "' (ulysses-ipc model --help)");
+    }
+  }
+  if (o.command != "calibrate" && o.command != "validate" && o.command != "loo")
+    throw InputError("model: unknown command '" + o.command + "' (allowed: calibrate, validate, loo)");
+  if (o.pairs.empty()) throw InputError("model " + o.command + ": no --pair MEASURED=TRACES given");
+  if (o.command == "calibrate" && o.output.empty()) throw InputError("model calibrate: no -o OUT.json given");
+  for (const auto& w : o.without) {
+    bool found = false;
+    for (const auto& p : o.pairs) found = found || p.first == w;
+    if (!found) throw InputError("model " + o.command + ": --without " + w + ": not a measured report of any --pair");
+  }
+  return o;
+}
+
+std::string base_name(const std::string& path) {
+  const size_t s = path.find_last_of('/');
+  return s == std::string::npos ? path : path.substr(s + 1);
+}
+
+struct Joined {
+  std::string measured_report;
+  std::string case_name, run_name;
+  model::ReplayCase replay;
+};
+
+std::vector<Joined> join_pairs(const Options& o) {
+  std::vector<Joined> out;
+  for (const auto& [mpath, tpath] : o.pairs) {
+    std::vector<StoredRun> measured = read_report_runs(mpath);
+    std::vector<StoredRun> traced = read_report_runs(tpath);
+    if (!measured.empty() && measured.front().mode != "gpu")
+      throw InputError(mpath + ": mode '" + measured.front().mode + "': a measured report must come from --mode gpu");
+    if (!traced.empty() && traced.front().mode != "model")
+      throw InputError(tpath + ": mode '" + traced.front().mode + "': the traces must come from --mode model");
+    std::map<std::string, const StoredRun*> by_name;
+    for (const StoredRun& t : traced) by_name[t.case_name + "/" + t.run_name] = &t;
+    for (const StoredRun& m : measured) {
+      auto it = by_name.find(m.case_name + "/" + m.run_name);
+      if (it == by_name.end())
+        throw InputError(tpath + ": has no run " + m.case_name + "/" + m.run_name + " (of " + mpath + ")");
+      const StoredRun& t = *it->second;
+      if (t.shape_key() != m.shape_key())
+        throw InputError(m.case_name + "/" + m.run_name + ": " + mpath + " is " + m.shape_key() + " but " + tpath +
+                         " is " + t.shape_key());
+      if (t.transport_used != m.transport_used)
+        throw InputError(m.case_name + "/" + m.run_name + ": ran on " + m.transport_used + " in " + mpath + " but on " +
+                         t.transport_used + " in " + tpath);
+      if (t.traces.empty() || t.stage_terms.size() != t.traces.size())
+        throw InputError(tpath + ": " + t.case_name + "/" + t.run_name + " has no traced layer with stage terms");
+      Joined j;
+      j.measured_report = mpath;
+      j.case_name = m.case_name;
+      j.run_name = m.run_name;
+      j.replay.label = base_name(mpath) + " " + m.case_name + " " + m.run_name;
+      j.replay.traces = t.traces;
+      j.replay.terms = t.stage_terms;
+      j.replay.measured = m.median_ms;
+      out.push_back(std::move(j));
+    }
+  }
+  return out;
+}
+
+std::vector<model::ReplayCase> replays(const std::vector<Joined>& js, const std::set<std::string>& skip) {
+  std::vector<model::ReplayCase> v;
+  for (const auto& j : js)
+    if (!skip.count(j.measured_report)) v.push_back(j.replay);
+  return v;
+}
+
+std::string pct(double modeled, double measured) {
+  if (!(measured > 0) || !std::isfinite(modeled)) return "-";
+  char b[32];
+  std::snprintf(b, sizeof(b), "%+.1f%%", 100.0 * (modeled / measured - 1.0));
+  return b;
+}
+
+std::string ms(double v) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.3f", v);
+  return b;
+}
+
+// One row per run: measured -> modelled (error) for layer and scatter, errors for the rest.
+struct Row {
+  std::string report, case_name, run;
+  std::vector<double> measured, modeled;
+};
+
+void print_rows(const std::vector<Row>& rows, bool markdown, FILE* out) {
+  const char* heads[kNumStages] = {"projection", "norm_rope", "scatter", "attention", "gather", "out_proj", "layer"};
+  if (markdown) {
+    std::fprintf(out, "| report | case | run | layer ms measured / modelled | scatter ms measured / modelled |");
+    for (int s = 0; s < kNumStages; ++s) std::fprintf(out, " %s |", heads[s]);
+    std::fprintf(out, "\n|---|---|---|---|---|");
+    for (int s = 0; s < kNumStages; ++s) std::fprintf(out, "---|");
+    std::fprintf(out, "\n");
+  } else {
+    std::fprintf(out, "%-28s %-22s %-18s %-20s %-20s", "report", "case", "run", "layer meas/model", "scatter meas/model");
+    for (int s = 0; s < kNumStages; ++s) std::fprintf(out, " %10s", heads[s]);
+    std::fprintf(out, "\n");
+  }
+  for (const Row& r : rows) {
+    const std::string layer = ms(r.measured[kStageLayer]) + " / " + ms(r.modeled[kStageLayer]);
+    const std::string scatter = ms(r.measured[kStageScatter]) + " / " + ms(r.modeled[kStageScatter]);
+    if (markdown) {
+      std::fprintf(out, "| %s | %s | %s | %s | %s |", r.report.c_str(), r.case_name.c_str(), r.run.c_str(),
+                   layer.c_str(), scatter.c_str());
+      for (int s = 0; s < kNumStages; ++s) std::fprintf(out, " %s |", pct(r.modeled[s], r.measured[s]).c_str());
+    } else {
+      std::fprintf(out, "%-28s %-22s %-18s %-20s %-20s", r.report.c_str(), r.case_name.c_str(), r.run.c_str(),
+                   layer.c_str(), scatter.c_str());
+      for (int s = 0; s < kNumStages; ++s) std::fprintf(out, " %10s", pct(r.modeled[s], r.measured[s]).c_str());
+    }
+    std::fprintf(out, "\n");
+  }
+  // The aims of docs/model.md: layer within 10%, scatter within 15%.
+  int layer_ok = 0, scatter_ok = 0;
+  double worst_layer = 0, worst_scatter = 0;
+  for (const Row& r : rows) {
+    const double el = std::fabs(r.modeled[kStageLayer] / r.measured[kStageLayer] - 1);
+    const double es = std::fabs(r.modeled[kStageScatter] / r.measured[kStageScatter] - 1);
+    layer_ok += el <= 0.10;
+    scatter_ok += es <= 0.15;
+    worst_layer = std::max(worst_layer, el);
+    worst_scatter = std::max(worst_scatter, es);
+  }
+  std::fprintf(out, "%s%d of %zu runs with the layer within 10%% (worst %.1f%%), %d of %zu with the scatter within 15%% (worst %.1f%%)\n",
+               markdown ? "\n" : "", layer_ok, rows.size(), 100 * worst_layer, scatter_ok, rows.size(), 100 * worst_scatter);
+}
+
+std::string today() {
+  std::time_t now = std::time(nullptr);
+  char b[16];
+  std::strftime(b, sizeof(b), "%Y-%m-%d", std::gmtime(&now));
+  return b;
+}
+
+}  // namespace
+
+int model_command(int argc, char** argv) {
+  if (argc >= 1 && (std::strcmp(argv[0], "--help") == 0 || std::strcmp(argv[0], "-h") == 0)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const Options o = parse(argc, argv);
+  const model::Machine base = model::load_machine(machine_path(o.machine));
+  const std::vector<Joined> joined = join_pairs(o);
+
+  if (o.command == "calibrate") {
+    std::set<std::string> skip(o.without.begin(), o.without.end());
+    std::string from;
+    for (const auto& p : o.pairs)
+      if (!skip.count(p.first)) from += (from.empty() ? "" : ", ") + base_name(p.first);
+    model::FitResult fit =
+        model::calibrate(replays(joined, skip), base, kNumStages, "ulysses-ipc model calibrate on " + today() + " to " + from);
+    std::ofstream out(o.output);
+    out << model::machine_to_json(fit.machine);
+    out.close();
+    if (!out) throw RuntimeError(o.output + ": cannot write the machine file");
+    std::printf("calibrated %s: %zu free parameter(s), rms log error %.4f after %d replays; wrote %s\n",
+                base.name.c_str(), [&] { size_t n = 0; for (auto& [k, p] : base.params) n += p.free; return n; }(),
+                std::sqrt(fit.objective), fit.evaluations, o.output.c_str());
+    for (const auto& [name, p] : fit.machine.params)
+      if (p.free) std::printf("  %-26s %10.4g  (in [%g, %g])\n", name.c_str(), p.value, p.lo, p.hi);
+    return 0;
+  }
+
+  std::vector<Row> rows;
+  if (o.command == "validate") {
+    for (const Joined& j : joined)
+      rows.push_back({base_name(j.measured_report), j.case_name, j.run_name, j.replay.measured,
+                      model::modeled_stages(j.replay, base, kNumStages)});
+    std::printf("%smodelled on %s against measured medians (critical path), stage by stage\n",
+                o.markdown ? "" : "# ", base.name.c_str());
+    print_rows(rows, o.markdown, stdout);
+    return 0;
+  }
+
+  // loo: each measured report predicted by a machine fitted to the others.
+  std::vector<std::string> reports;
+  for (const auto& p : o.pairs)
+    if (std::find(reports.begin(), reports.end(), p.first) == reports.end()) reports.push_back(p.first);
+  if (reports.size() < 2) throw InputError("model loo: needs at least two measured reports");
+  for (const std::string& left_out : reports) {
+    model::FitResult fit = model::calibrate(replays(joined, {left_out}), base, kNumStages, "all but " + base_name(left_out));
+    std::fprintf(stderr, "loo: without %s: rms log error %.4f on the others (%d replays)\n", base_name(left_out).c_str(),
+                 std::sqrt(fit.objective), fit.evaluations);
+    for (const Joined& j : joined)
+      if (j.measured_report == left_out)
+        rows.push_back({base_name(j.measured_report), j.case_name, j.run_name, j.replay.measured,
+                        model::modeled_stages(j.replay, fit.machine, kNumStages)});
+  }
+  std::printf("%sleave-one-out on %s: each report predicted by a machine fitted to the others only\n",
+              o.markdown ? "" : "# ", base.name.c_str());
+  print_rows(rows, o.markdown, stdout);
+  return 0;
+}
+
+}  // namespace uipc

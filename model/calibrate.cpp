@@ -1,0 +1,150 @@
+// Replay of stored traces and the fit of a machine's free parameters (model/calibrate.hpp).
+#include "model/calibrate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "base/error.hpp"
+
+namespace uipc::model {
+
+std::vector<double> modeled_stages(const ReplayCase& c, const Machine& m, int num_stages) {
+  Timeline tl = simulate(c.traces, m);
+  std::vector<double> crit(num_stages, -std::numeric_limits<double>::infinity());
+  for (size_t r = 0; r < c.terms.size() && r < tl.ranks.size(); ++r) {
+    std::vector<double> mine(num_stages, 0.0);
+    for (const StageTerm& t : c.terms[r]) {
+      if (t.stage < 0 || t.stage >= num_stages || t.op < 0 || t.op >= static_cast<int>(tl.ranks[r].size()))
+        throw InputError(c.label + ": stage term out of range (stage " + std::to_string(t.stage) + ", op " +
+                         std::to_string(t.op) + ")");
+      mine[t.stage] += t.coef * tl.ranks[r][t.op].end_ms;
+    }
+    for (int s = 0; s < num_stages; ++s) crit[s] = std::max(crit[s], mine[s]);
+  }
+  return crit;
+}
+
+namespace {
+
+struct Objective {
+  const std::vector<ReplayCase>& cases;
+  Machine machine;
+  std::vector<std::string> names;  // the free parameters, in order
+  int num_stages;
+  int evaluations = 0;
+
+  void set(const std::vector<double>& u) {
+    for (size_t i = 0; i < names.size(); ++i) {
+      Param& p = machine.params.at(names[i]);
+      p.value = p.lo + std::clamp(u[i], 0.0, 1.0) * (p.hi - p.lo);
+    }
+  }
+  double operator()(const std::vector<double>& u) {
+    ++evaluations;
+    set(u);
+    double sum = 0;
+    int n = 0;
+    for (const ReplayCase& c : cases) {
+      const std::vector<double> m = modeled_stages(c, machine, num_stages);
+      for (int s = 0; s < num_stages; ++s) {
+        if (!(c.measured[s] > 0) || !(m[s] > 0)) continue;
+        const double e = std::log(m[s] / c.measured[s]);
+        sum += e * e;
+        ++n;
+      }
+    }
+    // Leaving the box costs: the clamped point is evaluated, plus the distance out.
+    double out = 0;
+    for (double x : u) out += x < 0 ? -x : x > 1 ? x - 1 : 0;
+    return (n > 0 ? sum / n : 0) + out;
+  }
+};
+
+// One Nelder-Mead descent from x0 with simplex size `step` (standard coefficients).
+std::vector<double> nelder_mead(Objective& f, std::vector<double> x0, double step, int max_evals, double* best) {
+  const size_t n = x0.size();
+  std::vector<std::vector<double>> x(n + 1, x0);
+  for (size_t i = 0; i < n; ++i) x[i + 1][i] += x0[i] + step <= 1 ? step : -step;
+  std::vector<double> fx(n + 1);
+  for (size_t i = 0; i <= n; ++i) fx[i] = f(x[i]);
+  for (int it = 0; f.evaluations < max_evals; ++it) {
+    std::vector<size_t> order(n + 1);
+    for (size_t i = 0; i <= n; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return fx[a] < fx[b]; });
+    std::vector<std::vector<double>> xs(n + 1);
+    std::vector<double> fs(n + 1);
+    for (size_t i = 0; i <= n; ++i) xs[i] = x[order[i]], fs[i] = fx[order[i]];
+    x = xs;
+    fx = fs;
+    if (fx[n] - fx[0] < 1e-10 * (1 + fx[0])) break;
+    std::vector<double> c(n, 0.0);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < n; ++j) c[j] += x[i][j] / n;
+    auto along = [&](double t) {
+      std::vector<double> y(n);
+      for (size_t j = 0; j < n; ++j) y[j] = c[j] + t * (x[n][j] - c[j]);
+      return y;
+    };
+    std::vector<double> r = along(-1);
+    const double fr = f(r);
+    if (fr < fx[0]) {
+      std::vector<double> e = along(-2);
+      const double fe = f(e);
+      x[n] = fe < fr ? e : r;
+      fx[n] = std::min(fe, fr);
+    } else if (fr < fx[n - 1]) {
+      x[n] = r;
+      fx[n] = fr;
+    } else {
+      std::vector<double> k = along(fr < fx[n] ? -0.5 : 0.5);
+      const double fk = f(k);
+      if (fk < std::min(fr, fx[n])) {
+        x[n] = k;
+        fx[n] = fk;
+      } else {
+        for (size_t i = 1; i <= n; ++i) {
+          for (size_t j = 0; j < n; ++j) x[i][j] = x[0][j] + 0.5 * (x[i][j] - x[0][j]);
+          fx[i] = f(x[i]);
+        }
+      }
+    }
+  }
+  size_t b = std::min_element(fx.begin(), fx.end()) - fx.begin();
+  *best = fx[b];
+  return x[b];
+}
+
+}  // namespace
+
+FitResult calibrate(const std::vector<ReplayCase>& cases, const Machine& start, int num_stages,
+                    const std::string& fitted_from) {
+  if (cases.empty()) throw InputError("calibrate: no measured runs to fit to");
+  Objective f{cases, start, {}, num_stages};
+  std::vector<double> u;
+  for (const auto& [name, p] : start.params)
+    if (p.free) {
+      f.names.push_back(name);
+      u.push_back(p.hi > p.lo ? (p.value - p.lo) / (p.hi - p.lo) : 0.0);
+    }
+  if (f.names.empty()) throw InputError("calibrate: machine '" + start.name + "' has no free parameter (\"fit\")");
+  double best = f(u);
+  // Restarts from the best point with a shrinking simplex, until one no longer helps.
+  for (double step : {0.25, 0.1, 0.04, 0.015}) {
+    double now = 0;
+    std::vector<double> v = nelder_mead(f, u, step, f.evaluations + 400 * static_cast<int>(u.size()), &now);
+    if (now < best) {
+      best = now;
+      u = v;
+    }
+  }
+  f.set(u);
+  FitResult r;
+  r.machine = f.machine;
+  for (const std::string& name : f.names) r.machine.params.at(name).source = "fitted: " + fitted_from;
+  r.objective = best;
+  r.evaluations = f.evaluations;
+  return r;
+}
+
+}  // namespace uipc::model

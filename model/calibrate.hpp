@@ -1,0 +1,49 @@
+// Replaying stored traces and fitting a machine's free parameters to measured stage
+// times (`ulysses-ipc model calibrate|validate|loo`, docs/model.md).
+//
+// A run's modelled stage times are linear in the end times of its event records (the
+// pipeline's stage accounting is sums of differences between its events), so each
+// rank's accounting is stored with its trace as stage terms: stage s = sum of coef x end
+// time of op. The app finds them by probing the pipeline's own accounting and checks
+// them against it (lib/traced_layer.cpp); here they turn any replay into stage times.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/machine.hpp"
+#include "model/simulator.hpp"
+#include "model/trace.hpp"
+
+namespace uipc::model {
+
+struct StageTerm {
+  int stage = 0;
+  int op = 0;
+  double coef = 0;
+};
+
+struct ReplayCase {
+  std::string label;                              // "report: case run", for tables
+  std::vector<RankTrace> traces;                  // every rank's
+  std::vector<std::vector<StageTerm>> terms;      // [rank]
+  std::vector<double> measured;                   // per stage, the measured critical path (NaN: none)
+};
+
+// Per stage: the modelled critical path (max over ranks) of the case on `m`.
+std::vector<double> modeled_stages(const ReplayCase& c, const Machine& m, int num_stages);
+
+struct FitResult {
+  Machine machine;       // the start machine with its free parameters fitted
+  double objective = 0;  // mean squared log ratio (modelled / measured) over cases and stages
+  int evaluations = 0;
+};
+
+// Fits every parameter of `start` marked free (Param::free, within [lo, hi]) to the
+// cases' measured stages by Nelder-Mead on the mean squared log ratio, from `start`'s
+// values, restarted until it stops improving. Deterministic. `fitted_from` goes into
+// the fitted parameters' source.
+FitResult calibrate(const std::vector<ReplayCase>& cases, const Machine& start, int num_stages,
+                    const std::string& fitted_from);
+
+}  // namespace uipc::model

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The --mode model traces of every stored two-H200 report's cases (docs/measured/), for
+# `ulysses-ipc model calibrate|validate|loo` (docs/model.md). Each deck is the one that
+# made the measured report (docs/measured/2026-11-29-h200x2/README.md), run at the same
+# 2 ranks with no data: a few seconds in all. Writes $OUT (default build/model-traces).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+APP=${ULYSSES_IPC:-${BUILD_DIR:-build}/app/ulysses-ipc}
+OUT=${OUT:-${BUILD_DIR:-build}/model-traces}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mkdir -p "$OUT"
+run_model() {  # deck report: exit 5 is --mode model's success (modelled only, no parity)
+  local rc=0
+  mpirun -np 2 --oversubscribe "$APP" "$1" --mode model -o "$2" --quiet >/dev/null || rc=$?
+  [[ $rc -eq 5 ]] || { echo "model_traces: $1 exited $rc" >&2; exit 1; }
+}
+for p in flux-dev-1024 flux-dev-2048 hunyuanvideo-720p; do
+  "$APP" deck new --preset "$p" --transports nccl,ipc,vmm --schedules baseline,v-first,v-first-split \
+    -o "$OUT/$p.deck.h5" >/dev/null
+  run_model "$OUT/$p.deck.h5" "$OUT/multi-$p-np2.h5"
+done
+"$APP" deck new --name floor --seq-len 256 --heads 8 --head-dim 64 --dtype bf16 --ulysses 2 \
+  --transports nccl,ipc,vmm --schedules baseline,v-first -o "$OUT/floor.deck.h5" >/dev/null
+run_model "$OUT/floor.deck.h5" "$OUT/floor-np2.h5"
+echo "$OUT"
