@@ -165,21 +165,14 @@ void check_slurm_world(int world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // `model` subcommands (the machine model's tools) are serial too.
-  if (argc >= 2 && std::strcmp(argv[1], "model") == 0) {
+  // `deck` and `model` subcommands are serial tools: no MPI, no Kokkos.
+  for (const auto& [name, command] : {std::pair<const char*, int (*)(int, char**)>{"deck", uipc::deck_command},
+                                      std::pair<const char*, int (*)(int, char**)>{"model", uipc::model_command}}) {
+    if (argc < 2 || std::strcmp(argv[1], name) != 0) continue;
     try {
-      return uipc::model_command(argc - 2, argv + 2);
+      return command(argc - 2, argv + 2);
     } catch (const uipc::Error& e) {
-      std::fprintf(stderr, "ulysses-ipc model: error: %s\n", uipc::printable(e.what()).c_str());
-      return e.exit_code();
-    }
-  }
-  // `deck` subcommands are serial tools: no MPI, no Kokkos.
-  if (argc >= 2 && std::strcmp(argv[1], "deck") == 0) {
-    try {
-      return uipc::deck_command(argc - 2, argv + 2);
-    } catch (const uipc::Error& e) {
-      std::fprintf(stderr, "ulysses-ipc deck: error: %s\n", uipc::printable(e.what()).c_str());
+      std::fprintf(stderr, "ulysses-ipc %s: error: %s\n", name, uipc::printable(e.what()).c_str());
       return e.exit_code();
     }
   }

@@ -21,12 +21,12 @@ model::Op kernel_op(model::KernelKind k, double flops, double bytes, int64_t d0,
 double d(int64_t v) { return static_cast<double>(v); }
 }  // namespace
 
-void TracingKernels::gemm(Stream& s, const void* in, int64_t lda, const void* w, void* out, int64_t ldo, int64_t M,
-                          int64_t N, int64_t K, DType dtype, DType out_dtype) {
+void TracingKernels::gemm(Stream& s, const void* in, int64_t lda, const void* w, int64_t ldw, void* out, int64_t ldo,
+                          int64_t M, int64_t N, int64_t K, DType dtype, DType out_dtype) {
   const double es = d(static_cast<int64_t>(dtype_size(dtype))), os = d(static_cast<int64_t>(dtype_size(out_dtype)));
   model::Op op = kernel_op(model::KernelKind::kGemm, 2 * d(M) * d(N) * d(K), (d(M) * d(K) + d(K) * d(N)) * es + d(M) * d(N) * os,
                            M, N, K, static_cast<int64_t>(dtype_size(out_dtype)));
-  dev_.record_op(s, op, true, [&](Stream& in_s) { inner_->gemm(in_s, in, lda, w, out, ldo, M, N, K, dtype, out_dtype); });
+  dev_.record_op(s, op, true, [&](Stream& in_s) { inner_->gemm(in_s, in, lda, w, ldw, out, ldo, M, N, K, dtype, out_dtype); });
 }
 
 void TracingKernels::norm_rope(Stream& s, const QkView& x, DType dtype, const NormRopeParams& p) {

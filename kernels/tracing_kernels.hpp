@@ -16,8 +16,8 @@ class TracingKernels final : public LayerKernels {
   TracingKernels(std::unique_ptr<LayerKernels> inner, TracingDevice& dev) : inner_(std::move(inner)), dev_(dev) {}
   LayerKernels& inner() { return *inner_; }
 
-  void gemm(Stream& s, const void* in, int64_t lda, const void* w, void* out, int64_t ldo, int64_t M, int64_t N,
-            int64_t K, DType dtype, DType out_dtype) override;
+  void gemm(Stream& s, const void* in, int64_t lda, const void* w, int64_t ldw, void* out, int64_t ldo, int64_t M,
+            int64_t N, int64_t K, DType dtype, DType out_dtype) override;
   void norm_rope(Stream& s, const QkView& x, DType dtype, const NormRopeParams& p) override;
   void attention(Stream& s, const void* q, const void* k, const void* v, void* o, int64_t batch, int64_t seq,
                  int heads, int head_dim, DType dtype, float scale) override;

@@ -1,6 +1,6 @@
 // `ulysses-ipc model calibrate|validate|loo` (docs/model.md, "Calibration").
 //
-// Every command takes pairs MEASURED=TRACES: a GPU report and a --mode model report of
+// On CLI11 like the other command lines (lib/cli.hpp). Every command takes pairs MEASURED=TRACES: a GPU report and a --mode model report of
 // the same cases on the same number of ranks (its traced layers carry the traces and
 // the stage terms). Runs are joined by case and run name and must agree in shape and
 // in the transport that ran.
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "lib/cli.hpp"
 #include "lib/report.hpp"
 #include "lib/trace_report.hpp"
 #include "lib/traced_layer.hpp"
@@ -26,57 +27,63 @@
 namespace uipc {
 namespace {
 
-const char* const kUsage =
-    "usage: ulysses-ipc model calibrate --machine BASE --pair MEASURED=TRACES ... [--without MEASURED] -o OUT.json\n"
-    "       ulysses-ipc model validate  --machine M --pair MEASURED=TRACES ... [--markdown]\n"
-    "       ulysses-ipc model loo       --machine BASE --pair MEASURED=TRACES ... [--markdown]\n"
-    "\n"
-    "MEASURED is a GPU report (--mode gpu), TRACES a --mode model report of the same cases\n"
-    "on the same number of ranks. calibrate fits BASE's free parameters (those with \"fit\")\n"
-    "to the measured stage medians of every pair (but --without ones) and writes the\n"
-    "machine; validate prints modelled against measured, stage by stage; loo calibrates\n"
-    "without each measured report in turn and predicts it (leave-one-out). M / BASE: a\n"
-    "machine file or a shipped name (h200-nvlink). Exit 0, or 2 for bad input.\n";
-
 struct Options {
   std::string command, machine, output;
+  std::vector<std::string> pair_args;
   std::vector<std::pair<std::string, std::string>> pairs;
   std::vector<std::string> without;
   bool markdown = false;
 };
 
-Options parse(int argc, char** argv) {
-  Options o;
-  if (argc < 1) throw InputError("model: give a command: calibrate, validate or loo (ulysses-ipc model --help)");
-  o.command = argv[0];
-  auto value = [&](int& i) -> std::string {
-    if (i + 1 >= argc) throw InputError(std::string("model ") + o.command + ": " + argv[i] + ": needs a value");
-    return argv[++i];
+// The three subcommands share their options: each declared once here.
+void declare(CLI::App& app, Options& o) {
+  app.require_subcommand(1);
+  app.footer(
+      "MEASURED is a GPU report (--mode gpu), TRACES a --mode model report of the same cases on the same\n"
+      "number of ranks (scripts/model_traces.sh makes those of docs/measured/). The machine: a JSON file or\n"
+      "a shipped name (inputs/machines/). docs/model.md says more.");
+  struct Sub {
+    const char* name;
+    const char* help;
   };
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--machine") {
-      o.machine = value(i);
-    } else if (a == "-o" || a == "--output") {
-      o.output = value(i);
-    } else if (a == "--pair") {
-      const std::string v = value(i);
-      const size_t eq = v.find('=');
-      if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
-        throw InputError("model " + o.command + ": --pair: '" + v + "' is not MEASURED=TRACES");
-      o.pairs.emplace_back(v.substr(0, eq), v.substr(eq + 1));
-    } else if (a == "--without") {
-      o.without.push_back(value(i));
-    } else if (a == "--markdown") {
-      o.markdown = true;
+  for (const Sub& sub : {Sub{"calibrate", "Fit the machine's free parameters (\"fit\") to the measured stage medians."},
+                         Sub{"validate", "Print modelled against measured, stage by stage, for every run."},
+                         Sub{"loo", "Leave-one-out: calibrate without each measured report in turn, predict it."}}) {
+    CLI::App* c = app.add_subcommand(sub.name, sub.help);
+    c->add_option("--machine", o.machine, "the machine (calibrate, loo: the start of the fit) [default: h200-nvlink]")
+        ->type_name("FILE|NAME");
+    c->add_option("--pair", o.pair_args, "a measured report and its traces (repeatable)")
+        ->type_name("MEASURED=TRACES")
+        ->required()
+        ->check(CLI::Validator(
+            [](std::string& v) -> std::string {
+              const size_t eq = v.find('=');
+              return eq == std::string::npos || eq == 0 || eq + 1 == v.size() ? "'" + v + "' is not MEASURED=TRACES"
+                                                                               : "";
+            },
+            ""));
+    if (std::string(sub.name) == "calibrate") {
+      c->add_option("--without", o.without, "leave this measured report out of the fit (repeatable)")
+          ->type_name("MEASURED");
+      c->add_option("-o,--output", o.output, "the fitted machine to write")->type_name("OUT.json")->required();
     } else {
-      throw InputError("model " + o.command + ": unknown argument '" + a + "' (ulysses-ipc model --help)");
+      c->add_flag("--markdown", o.markdown, "a markdown table");
     }
   }
-  if (o.command != "calibrate" && o.command != "validate" && o.command != "loo")
-    throw InputError("model: unknown command '" + o.command + "' (allowed: calibrate, validate, loo)");
-  if (o.pairs.empty()) throw InputError("model " + o.command + ": no --pair MEASURED=TRACES given");
-  if (o.command == "calibrate" && o.output.empty()) throw InputError("model calibrate: no -o OUT.json given");
+}
+
+Options parse(int argc, char** argv, std::string* text) {
+  Options o;
+  CLI::App app{"The machine model's tools (serial: no mpirun).", "ulysses-ipc model"};
+  declare(app, o);
+  *text = cli::parse(app, std::vector<std::string>(argv, argv + argc));
+  if (!text->empty()) return o;
+  for (const char* name : {"calibrate", "validate", "loo"})
+    if (app.got_subcommand(name)) o.command = name;
+  for (const std::string& v : o.pair_args) {
+    const size_t eq = v.find('=');
+    o.pairs.emplace_back(v.substr(0, eq), v.substr(eq + 1));
+  }
   for (const auto& w : o.without) {
     bool found = false;
     for (const auto& p : o.pairs) found = found || p.first == w;
@@ -212,11 +219,12 @@ std::string today() {
 }  // namespace
 
 int model_command(int argc, char** argv) {
-  if (argc >= 1 && (std::strcmp(argv[0], "--help") == 0 || std::strcmp(argv[0], "-h") == 0)) {
-    std::fputs(kUsage, stdout);
+  std::string text;
+  const Options o = parse(argc, argv, &text);
+  if (!text.empty()) {
+    std::fputs(text.c_str(), stdout);
     return 0;
   }
-  const Options o = parse(argc, argv);
   const model::Machine base = model::load_machine(machine_path(o.machine));
   const std::vector<Joined> joined = join_pairs(o);
 

@@ -258,6 +258,27 @@ TEST(Simulator, ASameDeviceCopyTakesItsTimeOutOfTheKernelBesideIt) {
   EXPECT_NEAR(tp.ranks[0][kp].end_ms, 2.0, 1e-9);
 }
 
+TEST(Simulator, AGemmHoldsTheSmsAndACopyBesideItCrawls) {
+  // A 2 ms GEMM (1e12 flops at 1000 TFLOP/s over 100 SMs, a whole number of waves) and a
+  // local copy worth 0.5 ms alone: beside the GEMM the copy moves at 0.1 of its rate and
+  // the GEMM is not slowed; the copy's last 0.3 ms of work then run alone.
+  auto b = ranks(1, 2);
+  Op g;
+  g.kind = OpKind::kKernel;
+  g.kernel = KernelKind::kGemm;
+  g.stream = 0;
+  g.dims[0] = 128 * 100;  // 100 tiles of 128x256: one full wave
+  g.dims[1] = 256;
+  g.dims[2] = 1;
+  g.dims[3] = 2;
+  g.flops = 2e12;
+  const int k = b[0].add(g);
+  const int c = b[0].copy(1, 5e8, 0);
+  Timeline tl = simulate(traces(b), simple_machine());
+  EXPECT_NEAR(tl.ranks[0][k].end_ms, 2.0, 1e-9);
+  EXPECT_NEAR(tl.ranks[0][c].end_ms, 2.0 + 0.5 - 0.1 * 2.0, 1e-9);
+}
+
 TEST(Simulator, PeerCopiesOnSmsShareThemWhenTheMachineSaysSo) {
   Machine m = simple_machine();
   m.params.at("peer_copy_on_sm").value = 1;
