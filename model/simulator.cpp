@@ -237,7 +237,8 @@ class Simulation {
       for (const auto& [rk, i] : calls) {
         const Op& a = *ops_[rk][i].op;
         const Op& b = *ops_[calls[0].first][calls[0].second].op;
-        if (a.collective != b.collective || a.bytes != b.bytes)
+        // A grouped send/recv moves what each member says; the others must agree in size.
+        if (a.collective != b.collective || (a.collective != CollectiveKind::kSendRecv && a.bytes != b.bytes))
           throw InputError("simulate: collective #" + std::to_string(key.second) +
                            " differs between ranks (kind or size)");
       }
@@ -439,7 +440,11 @@ class Simulation {
       if (c.state != State::kBlocked) return;
       begin = std::max(begin, c.start);
     }
-    const double end = begin + collective_ms(*s.op, members);
+    double bytes = 0;  // a send/recv lasts as long as its largest sender's share
+    for (const auto& [rk, i] : calls) bytes = std::max(bytes, ops_[rk][i].op->bytes);
+    Op sized = *s.op;
+    sized.bytes = bytes;
+    const double end = begin + collective_ms(sized, members);
     for (const auto& [rk, i] : calls) {
       ops_[rk][i].state = State::kLatency;
       ops_[rk][i].phase_end = end;
@@ -453,6 +458,10 @@ class Simulation {
     for (int a : members)
       for (int b : members) cross = cross || r_.node_of(a) != r_.node_of(b);
     const double lat = r_.nccl_lat + (cross ? r_.nic_lat : 0.0);
+    if (op.collective == CollectiveKind::kSendRecv) {
+      const double bw = cross ? r_.nic * r_.nccl_nic : r_.link * r_.nccl_link;
+      return lat + op.bytes / bw;
+    }
     if (op.collective == CollectiveKind::kAllToAll) {
       double worst = 2 * op.bytes / r_.sm_copy;  // the chunk to itself, copied alongside
       for (int a : members) {

@@ -39,6 +39,7 @@ const char* collective_kind_name(CollectiveKind k) {
     case CollectiveKind::kNone: return "none";
     case CollectiveKind::kAllToAll: return "all_to_all";
     case CollectiveKind::kAllReduce: return "all_reduce";
+    case CollectiveKind::kSendRecv: return "send_recv";
   }
   return "?";
 }
@@ -168,7 +169,7 @@ RankTrace deserialize(const std::string& bytes) {
     o.kind = enum_in<OpKind>(r.get<int32_t>(), 0, 8, "op kind");
     o.stream = r.get<int32_t>();
     o.kernel = enum_in<KernelKind>(r.get<int32_t>(), 0, 4, "kernel kind");
-    o.collective = enum_in<CollectiveKind>(r.get<int32_t>(), 0, 2, "collective kind");
+    o.collective = enum_in<CollectiveKind>(r.get<int32_t>(), 0, 3, "collective kind");
     o.flops = r.get<double>();
     o.bytes = r.get<double>();
     for (int64_t& d : o.dims) d = r.get<int64_t>();

@@ -28,7 +28,8 @@ enum class OpKind : int {
   kHostSync = 8,         // the host blocks until an op of this trace is done
 };
 enum class KernelKind : int { kNone = 0, kGemm = 1, kNormRope = 2, kAttention = 3, kConvert = 4 };
-enum class CollectiveKind : int { kNone = 0, kAllToAll = 1, kAllReduce = 2 };
+// kSendRecv: grouped point-to-point (bytes = what this rank sends in all, dims[1] = to how many)
+enum class CollectiveKind : int { kNone = 0, kAllToAll = 1, kAllReduce = 2, kSendRecv = 3 };
 // How the memory an op touches is reached from this rank.
 enum class Via : int { kLocal = 0, kIpcHandle = 1, kFileDescriptor = 2 };
 
