@@ -49,6 +49,9 @@ class TracingCollectives final : public Collectives {
     });
   }
 
+  std::unique_ptr<RegisteredBuffer> alloc_registered(size_t bytes) override { return inner_->alloc_registered(bytes); }
+  std::string copy_engine_note() const override { return inner_->copy_engine_note(); }
+
   void all_reduce_sum_f32(Stream& s, float* buf, size_t n) override {
     model::Op op = collective(model::CollectiveKind::kAllReduce, static_cast<double>(n * sizeof(float)));
     dev_.record_op(s, op, false,

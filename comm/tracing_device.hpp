@@ -75,6 +75,9 @@ class TracingDevice final : public Device {
   double elapsed_ms(Event& start, Event& end) override;
   void copy_2d(Stream& s, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width_bytes,
                size_t height) override;
+  // Each copy of the batch is a record (dims[2]: its place in the batch; the host issues
+  // the batch once), measured as the batch: the wrapped device still gets one batch.
+  void copy_2d_batch(Stream& s, const std::vector<Copy2DOp>& ops) override;
   void memset(Stream& s, void* dst, int byte, size_t bytes) override;
   void write_value64(Stream& s, uint64_t* addr, uint64_t v) override;
   void wait_value64_geq(Stream& s, const uint64_t* addr, uint64_t v, const WaitLabel& label) override;
@@ -105,6 +108,7 @@ class TracingDevice final : public Device {
   const Region* region_of(const void* ptr, uintptr_t* start) const;
   void set_export_id(const void* ptr, uint64_t id);
   int append(Stream* s, model::Op op);  // returns the op's index, -1 when not recording
+  model::Op copy_op(void* dst, const void* src, size_t width, size_t height) const;
 
   std::unique_ptr<Device> inner_;
   int rank_, world_;

@@ -32,6 +32,7 @@ struct Options {
   std::vector<std::string> pair_args;
   std::vector<std::pair<std::string, std::string>> pairs;
   std::vector<std::string> without;
+  std::string ablation;  // traced runs of this ablation stand for the measured runs (below)
   bool markdown = false;
 };
 
@@ -52,6 +53,10 @@ void declare(CLI::App& app, Options& o) {
     CLI::App* c = app.add_subcommand(sub.name, sub.help);
     c->add_option("--machine", o.machine, "the machine (calibrate, loo: the start of the fit) [default: h200-nvlink]")
         ->type_name("FILE|NAME");
+    c->add_option("--ablation", o.ablation,
+                  "join each measured run R to the traced run R+NAME where there is one: for reports measured "
+                  "before a change of the protocol that the ablation NAME undoes (e.g. own-slice-copy)")
+        ->type_name("NAME");
     c->add_option("--pair", o.pair_args, "a measured report and its traces (repeatable)")
         ->type_name("MEASURED=TRACES")
         ->required()
@@ -115,7 +120,8 @@ std::vector<Joined> join_pairs(const Options& o) {
     std::map<std::string, const StoredRun*> by_name;
     for (const StoredRun& t : traced) by_name[t.case_name + "/" + t.run_name] = &t;
     for (const StoredRun& m : measured) {
-      auto it = by_name.find(m.case_name + "/" + m.run_name);
+      auto it = o.ablation.empty() ? by_name.end() : by_name.find(m.case_name + "/" + m.run_name + "+" + o.ablation);
+      if (it == by_name.end()) it = by_name.find(m.case_name + "/" + m.run_name);
       if (it == by_name.end())
         throw InputError(tpath + ": has no run " + m.case_name + "/" + m.run_name + " (of " + mpath + ")");
       const StoredRun& t = *it->second;

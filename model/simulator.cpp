@@ -347,7 +347,7 @@ class Simulation {
     switch (op.kind) {
       case OpKind::kKernel:
       case OpKind::kCollective: return r_.host_launch;
-      case OpKind::kCopy:
+      case OpKind::kCopy: return op.dims[2] > 0 ? 0.0 : r_.host_copy;  // a batch is issued once
       case OpKind::kMemset: return r_.host_copy;
       default: return r_.host_api;
     }

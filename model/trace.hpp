@@ -46,7 +46,8 @@ struct Op {
   CollectiveKind collective = CollectiveKind::kNone;
   double flops = 0;
   double bytes = 0;  // copy: bytes moved; kernel: bytes read + written; collective: per peer
-  // gemm: M N K (output element size); attention: B S H D; norm_rope: rows heads head_dim; copy: width height
+  // gemm: M N K (output element size); attention: B S H D; norm_rope: rows heads head_dim;
+  // copy: width height (place in its batch, 0: first or alone)
   int64_t dims[4] = {0, 0, 0, 0};
   // Memory: 0 is this rank's own private memory; any other id names a buffer that some
   // rank exported (RankTrace::exported says whose), as this rank reaches it (`via`).

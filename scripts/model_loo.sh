@@ -15,7 +15,8 @@ pairs=(--pair "$M/multi-flux-dev-1024-np2.h5=$T/multi-flux-dev-1024-np2.h5"
        --pair "$M/multi-hunyuanvideo-720p-np2.h5=$T/multi-hunyuanvideo-720p-np2.h5"
        --pair "$M/latency-floor/floor-np2.h5=$T/floor-np2.h5")
 if [[ ${1:-} == --write ]]; then
-  "$APP" model calibrate --machine inputs/machines/h200-nvlink-prior.json "${pairs[@]}" -o "$T/h200-nvlink.json" >&2
+  "$APP" model calibrate --machine inputs/machines/h200-nvlink-prior.json --ablation own-slice-copy "${pairs[@]}" \
+    -o "$T/h200-nvlink.json" >&2
   python3 - "$T/h200-nvlink.json" inputs/machines/h200-nvlink.json <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))
@@ -29,4 +30,4 @@ open(sys.argv[2], "a").write("\n")
 PY
   python3 inputs/machines/derive.py
 fi
-"$APP" model loo --machine inputs/machines/h200-nvlink-prior.json "${pairs[@]}" --markdown
+"$APP" model loo --machine inputs/machines/h200-nvlink-prior.json --ablation own-slice-copy "${pairs[@]}" --markdown

@@ -3,6 +3,9 @@
 # `ulysses-ipc model calibrate|validate|loo` (docs/model.md). Each deck is the one that
 # made the measured report (docs/measured/2026-11-29-h200x2/README.md), run at the same
 # 2 ranks with no data: a few seconds in all. Writes $OUT (default build/model-traces).
+# The reports were measured before the producers wrote their own slices (commit 396d179):
+# the own-slice-copy ablation runs that protocol, and `ulysses-ipc model --ablation
+# own-slice-copy` joins them to the measured runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 APP=${ULYSSES_IPC:-${BUILD_DIR:-build}/app/ulysses-ipc}
@@ -16,10 +19,10 @@ run_model() {  # deck report: exit 5 is --mode model's success (modelled only, n
 }
 for p in flux-dev-1024 flux-dev-2048 hunyuanvideo-720p; do
   "$APP" deck new --preset "$p" --transports nccl,ipc,vmm --schedules baseline,v-first,v-first-split \
-    -o "$OUT/$p.deck.h5" >/dev/null
+    --ablations own-slice-copy -o "$OUT/$p.deck.h5" >/dev/null
   run_model "$OUT/$p.deck.h5" "$OUT/multi-$p-np2.h5"
 done
 "$APP" deck new --name floor --seq-len 256 --heads 8 --head-dim 64 --dtype bf16 --ulysses 2 \
-  --transports nccl,ipc,vmm --schedules baseline,v-first -o "$OUT/floor.deck.h5" >/dev/null
+  --transports nccl,ipc,vmm --schedules baseline,v-first --ablations own-slice-copy -o "$OUT/floor.deck.h5" >/dev/null
 run_model "$OUT/floor.deck.h5" "$OUT/floor-np2.h5"
 echo "$OUT"

@@ -50,8 +50,8 @@ Traced run_groups(const std::string& transport, bool elide, bool measure) {
   dev.set_watchdog_seconds(20);
   auto compute = dev.create_stream(StreamPriority::kNormal);
   auto coll = make_tracing_collectives(make_mpi_collectives(MPI_COMM_WORLD, dev.inner()), dev, MPI_COMM_WORLD);
-  std::unique_ptr<Transport> t = transport == "ipc"   ? make_ipc_transport(dev, MPI_COMM_WORLD, 12)
-                                 : transport == "vmm" ? make_vmm_transport(dev, MPI_COMM_WORLD, 12)
+  std::unique_ptr<Transport> t = transport == "ipc"   ? make_ipc_transport(dev, MPI_COMM_WORLD, TransportOptions{})
+                                 : transport == "vmm" ? make_vmm_transport(dev, MPI_COMM_WORLD, TransportOptions{})
                                                       : make_nccl_transport(dev, *coll);
   ExchangeShape shape{1, 16, 4 * P, 8, DType::kBF16};
   const size_t elems = static_cast<size_t>(shape.batch * shape.seq_local * shape.heads * shape.head_dim);
