@@ -51,4 +51,12 @@ void TracingKernels::convert_from_f32(Stream& s, const float* in, void* out, int
   dev_.record_op(s, op, true, [&](Stream& in_s) { inner_->convert_from_f32(in_s, in, out, n, dtype); });
 }
 
+void TracingKernels::row_change(Stream& s, const void* now, const void* last, DType dtype, int64_t rows,
+                                int64_t row_elems, double* out) {
+  // Reads both tensors, writes two fp64 sums a row: a memory-bound kernel.
+  const double bytes = 2 * d(rows) * d(row_elems) * d(static_cast<int64_t>(dtype_size(dtype))) + 16 * d(rows);
+  model::Op op = kernel_op(model::KernelKind::kNone, 0, bytes, rows, row_elems, 0, 0);
+  dev_.record_op(s, op, true, [&](Stream& in_s) { inner_->row_change(in_s, now, last, dtype, rows, row_elems, out); });
+}
+
 }  // namespace uipc

@@ -22,6 +22,8 @@ class TracingKernels final : public LayerKernels {
   void attention(Stream& s, const void* q, const void* k, const void* v, void* o, int64_t batch, int64_t seq,
                  int heads, int head_dim, DType dtype, float scale) override;
   void convert_from_f32(Stream& s, const float* in, void* out, int64_t n, DType dtype) override;
+  void row_change(Stream& s, const void* now, const void* last, DType dtype, int64_t rows, int64_t row_elems,
+                  double* out) override;
 
  private:
   std::unique_ptr<LayerKernels> inner_;
