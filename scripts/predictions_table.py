@@ -19,8 +19,8 @@ def main():
     layer, scatter = STAGES.index("layer"), STAGES.index("scatter")
     out = ["# Predictions before measurement (MODELLED)", "",
            f"Every figure below is **modelled** by the simulator (docs/model.md) on the machine `{machine}` "
-           f"(inputs/machines/{machine}.json at commit {git('rev-parse', '--short', 'HEAD')}, its file "
-           f"{git('hash-object', f'inputs/machines/{machine}.json')[:12]}), from `--mode model` runs of the shipped "
+           f"(inputs/machines/{machine}.json, git blob "
+           f"{git('hash-object', f'inputs/machines/{machine}.json')[:12]}, as committed beside this file), from `--mode model` runs of the shipped "
            "model decks rewritten to nccl, ipc and vmm under every schedule (the ablations left out). No 4- or 8-GPU run existed "
            "when they were written: a later run with one GPU per rank tests the model, it must not tune it.", "",
            "Made by `./scripts/model_predictions.sh > docs/predictions.md` (about a minute on 2 CPU cores).", "",
