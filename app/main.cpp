@@ -74,7 +74,7 @@ void declare_run_options(CLI::App& app, uipc::RunOptions& o) {
   app.add_option("--mode", o.backend.mode,
                  "auto: gpu when every rank sees a usable CUDA device, else sim (every rank a simulated GPU); "
                  "model: full-size shapes, no data, no arithmetic, the protocol for real, figures modelled "
-                 "(exit 5: parity not computed)")
+                 "(exit 6: parity not computed)")
       ->type_name("auto|sim|gpu|model")
       ->check(one_of({"auto", "sim", "gpu", "model"}))
       ->capture_default_str();

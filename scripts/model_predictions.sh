@@ -22,7 +22,7 @@ for p in flux-dev-1024 flux-dev-2048 sd3-medium-1024 pixart-alpha-1024 hunyuanvi
     rc=0
     mpirun -np "$np" --oversubscribe "$APP" "$OUT/$p.deck.h5" --mode model --machine "$MACHINE" -o "$r" --quiet \
       >"$OUT/$p-np$np.log" 2>&1 || rc=$?
-    if [[ $rc -eq 5 ]]; then
+    if [[ $rc -eq 6 ]]; then
       reports+=("$r")
     elif ! grep -q "no case of the deck can run on $np rank" "$OUT/$p-np$np.log"; then
       echo "model_predictions: $p on $np ranks exited $rc (log: $OUT/$p-np$np.log)" >&2

@@ -12,10 +12,10 @@ APP=${ULYSSES_IPC:-${BUILD_DIR:-build}/app/ulysses-ipc}
 OUT=${OUT:-${BUILD_DIR:-build}/model-traces}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$OUT"
-run_model() {  # deck report: exit 5 is --mode model's success (modelled only, no parity)
+run_model() {  # deck report: exit 6 is --mode model's success (modelled only, no parity)
   local rc=0
   mpirun -np 2 --oversubscribe "$APP" "$1" --mode model -o "$2" --quiet >/dev/null || rc=$?
-  [[ $rc -eq 5 ]] || { echo "model_traces: $1 exited $rc" >&2; exit 1; }
+  [[ $rc -eq 6 ]] || { echo "model_traces: $1 exited $rc" >&2; exit 1; }
 }
 for p in flux-dev-1024 flux-dev-2048 hunyuanvideo-720p; do
   "$APP" deck new --preset "$p" --transports nccl,ipc,vmm --schedules baseline,v-first,v-first-split \

@@ -55,7 +55,7 @@ def test_model_mode_models_full_shapes_and_never_claims_parity(run, tmp_path, np
     deck = str(REPO / "inputs" / "flux-dev-2048.h5")
     report = tmp_path / "m.h5"
     p = run(np_, deck, "--mode", "model", "-o", str(report))
-    assert p.returncode == 5, p.stderr + p.stdout
+    assert p.returncode == 6, p.stderr + p.stdout
     assert "parity PASS" not in p.stdout and "parity not computed" in p.stdout
     with h5py.File(report, "r") as f:
         assert f.attrs["mode"] == "model"
@@ -77,7 +77,7 @@ def test_model_mode_runs_a_large_deck_on_eight_ranks_within_a_minute(run, tmp_pa
     p = run(8, str(REPO / "inputs" / "hunyuanvideo-720p.h5"), "--mode", "model", "-o", str(tmp_path / "h.h5"),
             "--quiet", timeout=120)
     wall = time.monotonic() - t0
-    assert p.returncode == 5, p.stderr + p.stdout
+    assert p.returncode == 6, p.stderr + p.stdout
     assert wall < 60, f"--mode model of HunyuanVideo at 8 ranks took {wall:.1f} s"
 
 
@@ -87,7 +87,7 @@ def test_the_machine_changes_the_model_and_a_bad_one_is_one_clear_error(run, tmp
     for machine in ("h200-nvlink", "h100-sxm"):
         report = tmp_path / f"{machine}.h5"
         p = run(2, deck, "--mode", "model", "--machine", machine, "-o", str(report), "--quiet")
-        assert p.returncode == 5, p.stderr
+        assert p.returncode == 6, p.stderr
         _, tattrs, t, _ = traced(report, "flux-dev-1024.u2", "ipc.baseline")
         assert tattrs["machine"] == machine
         layer[machine] = t["modeled_stage_ms"]
@@ -113,7 +113,7 @@ def test_model_tools_replay_and_fit_against_a_stored_gpu_report(app, run, tmp_pa
     assert made.returncode == 0, made.stderr
     traces = tmp_path / "floor-model.h5"
     p = run(2, str(deck), "--mode", "model", "-o", str(traces), "--quiet")
-    assert p.returncode == 5, p.stderr
+    assert p.returncode == 6, p.stderr
     pair = f"{FLOOR}={traces}"
     v = subprocess.run([app, "model", "validate", "--pair", pair], capture_output=True, text=True)
     assert v.returncode == 0, v.stderr

@@ -84,11 +84,11 @@ def synthetic(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def model_report(app: Path, deck: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A --mode model report of the tiny deck on 2 ranks (modelled figures only, exit 5)."""
+    """A --mode model report of the tiny deck on 2 ranks (modelled figures only, exit 6)."""
     path = tmp_path_factory.mktemp("model") / "model-np2.h5"
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     cmd = ["mpirun", "-np", "2", "--oversubscribe", str(app), str(deck), "-o", str(path), "--mode", "model", "--quiet"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=APP_TIMEOUT_S)
-    if p.returncode != 5 or not path.is_file():
+    if p.returncode != 6 or not path.is_file():
         pytest.fail(f"--mode model failed (exit {p.returncode}): {' '.join(cmd)}\n{p.stdout}\n{p.stderr}", pytrace=False)
     return path
