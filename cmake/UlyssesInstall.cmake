@@ -1,11 +1,11 @@
 # `cmake --install`: the program, the public API's header and static libraries, and the
 # CMake package that gives find_package(ulysses_ipc) -> ulysses_ipc::ulysses_ipc (the
-# libraries it is made of come along as ulysses_ipc::comm, ::device, ::base and, in a
+# libraries it is made of come along as ulysses_ipc::comm, ::device, ::model, ::base and, in a
 # CUDA build, ::cuda). docs/library.md lists the tree.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(_ulysses_export ulysses_ipc ulysses_comm ulysses_device ulysses_base ulysses_flags)
+set(_ulysses_export ulysses_ipc ulysses_comm ulysses_device ulysses_model ulysses_base ulysses_flags)
 if(ULYSSES_HAVE_CUDA)
   list(APPEND _ulysses_export ulysses_cuda)
 endif()
