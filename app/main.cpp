@@ -80,7 +80,7 @@ void declare_run_options(CLI::App& app, uipc::RunOptions& o) {
       ->capture_default_str();
   app.add_option("--machine", o.machine,
                  "machine each run's traced layer is modelled on: a JSON file or a shipped name (h200-nvlink, "
-                 "h100-sxm, h200-2node; docs/model.md) [default: h200-nvlink]")
+                 "h100-sxm, h200-2node, h200-4node; docs/model.md) [default: h200-nvlink]")
       ->type_name("FILE|NAME");
   app.add_option("--case", o.cases, "run only this case (repeatable) [default: every case that fits]")
       ->type_name("NAME")

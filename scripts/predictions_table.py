@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
-"""The predictions table of docs/predictions.md from --mode model reports (every figure
-MODELLED). Usage: predictions_table.py MACHINE REPORT...; see scripts/model_predictions.sh."""
+"""The predictions tables of docs/predictions.md and docs/predictions-hier.md from --mode
+model reports (every figure MODELLED).
+Usage: predictions_table.py MACHINE REPORT...             (docs/predictions.md's page)
+       predictions_table.py --section MACHINE REPORT...   (one machine's tables, no page header)
+See scripts/model_predictions.sh and scripts/model_hier.sh."""
 import subprocess
 import sys
 
@@ -14,18 +17,27 @@ def git(*args):
         return "unknown"
 
 
+def blob(machine):
+    return git("hash-object", f"inputs/machines/{machine}.json")[:12]
+
+
 def main():
-    machine, paths = sys.argv[1], sys.argv[2:]
+    section = sys.argv[1:2] == ["--section"]
+    args = sys.argv[2:] if section else sys.argv[1:]
+    machine, paths = args[0], args[1:]
     layer, scatter = STAGES.index("layer"), STAGES.index("scatter")
-    out = ["# Predictions before measurement (MODELLED)", "",
-           f"Every figure below is **modelled** by the simulator (docs/model.md) on the machine `{machine}` "
-           f"(inputs/machines/{machine}.json, git blob "
-           f"{git('hash-object', f'inputs/machines/{machine}.json')[:12]}, as committed beside this file), from `--mode model` runs of the shipped "
-           "model decks rewritten to nccl, ipc and vmm under every schedule (the ablations left out). No 4- or 8-GPU run existed "
-           "when they were written: a later run with one GPU per rank tests the model, it must not tune it.", "",
-           "Made by `./scripts/model_predictions.sh > docs/predictions.md` (about a minute on 2 CPU cores).", "",
-           "Columns: the modelled critical path (slowest rank) of the layer and of the scatter, ms; `layer x`: "
-           "nccl.baseline's layer / this run's; `scatter x`: the nccl run's scatter / this run's, same schedule.", ""]
+    if section:
+        out = [f"Modelled on `{machine}` (inputs/machines/{machine}.json, git blob {blob(machine)}).", ""]
+    else:
+        out = ["# Predictions before measurement (MODELLED)", "",
+               f"Every figure below is **modelled** by the simulator (docs/model.md) on the machine `{machine}` "
+               f"(inputs/machines/{machine}.json, git blob {blob(machine)}, as committed beside this file), from "
+               "`--mode model` runs of the shipped "
+               "model decks rewritten to nccl, ipc and vmm under every schedule (the ablations left out). No 4- or 8-GPU "
+               "run existed when they were written: a later run with one GPU per rank tests the model, it must not tune it.",
+               "", "Made by `./scripts/model_predictions.sh > docs/predictions.md` (about a minute on 2 CPU cores).", "",
+               "Columns: the modelled critical path (slowest rank) of the layer and of the scatter, ms; `layer x`: "
+               "nccl.baseline's layer / this run's; `scatter x`: the nccl run's scatter / this run's, same schedule.", ""]
     for path in paths:
         rep = load_report(path)
         for case in rep.cases:

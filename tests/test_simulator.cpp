@@ -410,7 +410,7 @@ TEST(Trace, ByteFormRoundTripsAndRejectsDamage) {
 }
 
 TEST(Machine, ShippedFilesLoadAndRoundTrip) {
-  for (const char* f : {"h200-nvlink", "h200-nvlink-prior", "h100-sxm", "h200-2node"}) {
+  for (const char* f : {"h200-nvlink", "h200-nvlink-prior", "h100-sxm", "h200-2node", "h200-4node"}) {
     const std::string path = std::string(ULYSSES_SOURCE_DIR) + "/inputs/machines/" + f + ".json";
     Machine m = load_machine(path);
     EXPECT_EQ(m.name, f);

@@ -6,6 +6,8 @@
   link are the H200's; HBM3 at 3.35 TB/s instead of HBM3e at 4.8 TB/s, so every
   memory-bound rate (norm + RoPE, streaming kernels, SM copies) scales by 3.35/4.8.
 - h200-2node.json: two such H200 nodes of 8 GPUs, one 400 Gb/s NIC per GPU.
+- h200-4node.json: four of them (the same node and NIC): Ulysses32, and hierarchical
+  against flat all-to-all across more than one remote node (docs/predictions-hier.md).
 
 Run it after h200-nvlink.json changes (e.g. after `ulysses-ipc model calibrate`):
     python3 inputs/machines/derive.py
@@ -60,6 +62,13 @@ def main():
         v.pop("fit", None)
     two["parameters"]["nic_gbs"] = {"value": 50, "unit": "GB/s", "source": "spec: one 400 Gb/s NIC per GPU"}
     save("h200-2node", two)
+
+    four = copy.deepcopy(two)
+    four["name"] = "h200-4node"
+    four["description"] = ("Four nodes of 8 NVIDIA H200 SXM GPUs, one 400 Gb/s NIC per GPU (rail-aligned), each node as "
+                           "h200-nvlink (inputs/machines/derive.py).")
+    four["topology"] = {"gpus_per_node": 8, "nodes": 4}
+    save("h200-4node", four)
 
 
 if __name__ == "__main__":
