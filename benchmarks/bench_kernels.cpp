@@ -132,15 +132,20 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       p.rope = RopeKind::k1D;
       p.gamma = gamma.as<float>();
       p.beta = beta.as<float>();
-      // The vector kernel as the layer runs it; for bf16 also with 8 and 12 passes in
-      // flight forced, and the general kernel it replaces.
-      double ms_kernel[4] = {0, 0, 0, 0};
-      const NormRopeKernel which[4] = {NormRopeKernel::kVector, NormRopeKernel::kGeneral, NormRopeKernel::kVector,
-                                       NormRopeKernel::kVector};
-      const int batch[4] = {0, 0, 8, 12};
-      const char* variant[4] = {"", " (general kernel)", " (vector, 8 passes)", " (vector, 12 passes)"};
-      for (int w = 0; w < 4; ++w) {
-        if (w > 0 && sh.dt != DType::kBF16) continue;
+      // The vector kernel as the layer runs it; also with 8 and 12 passes in flight
+      // forced (not pipelined), its software-pipelined walk with batches of 4, 6 and 8
+      // (per-head norms and RoPE only: the across-heads norm has no pipelined walk), and
+      // the general kernel it replaces.
+      constexpr int kVariants = 7;
+      double ms_kernel[kVariants] = {};
+      const NormRopeKernel kVec = NormRopeKernel::kVector;
+      const NormRopeKernel which[kVariants] = {kVec, NormRopeKernel::kGeneral, kVec, kVec, kVec, kVec, kVec};
+      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0};
+      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8};
+      const char* variant[kVariants] = {"", " (general kernel)", " (vector, 8 passes)", " (vector, 12 passes)",
+                                        " (vector, pipelined 4)", " (vector, pipelined 6)", " (vector, pipelined 8)"};
+      for (int w = 0; w < kVariants; ++w) {
+        if (pipe[w] > 0 && kinds[ki] == NormKind::kRmsAcrossHeads) continue;
         auto run = [&] {
           for (int j = 0; j < 2; ++j) {  // Q and K
             QkView v;
@@ -151,13 +156,13 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
             v.pos_offset = 0;
             v.heads = sh.H;
             v.head_dim = sh.D;
-            launch_norm_rope(cu(s), v, sh.dt, p, which[w], batch[w]);
+            launch_norm_rope(cu(s), v, sh.dt, p, which[w], batch[w], pipe[w]);
           }
         };
         ms_kernel[w] = time_ms(dev, s, 3, 20, run);
       }
       const double bytes = 2.0 * 2.0 * M * width * es;  // Q and K, read + write
-      for (int w = 0; w < 4; ++w) {
+      for (int w = 0; w < kVariants; ++w) {
         if (ms_kernel[w] == 0) continue;
         const double tbs = bytes / ms_kernel[w] * 1e-9;
         char shape[96];

@@ -18,10 +18,12 @@ namespace uipc {
 // Which norm+RoPE kernel: the vector kernel where the view allows it, else the general
 // one (kAuto, what the layer uses); or one of them by force (benchmarks and tests).
 // `batch`: the vector kernel's passes in flight per warp, 8 or 12 (0: chosen by the
-// head count), for the benchmark's comparison.
+// head count); `pipe`: its software-pipelined walk for per-head norms and RoPE (two
+// batches of 4, 6 or 8 passes, the next loading while the current is computed), 0 off,
+// -1 chosen; both for the benchmark's and the tests' comparisons.
 enum class NormRopeKernel { kAuto, kVector, kGeneral };
 void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p,
-                      NormRopeKernel which = NormRopeKernel::kAuto, int batch = 0);
+                      NormRopeKernel which = NormRopeKernel::kAuto, int batch = 0, int pipe = -1);
 void launch_attention_reference(cudaStream_t s, const void* q, const void* k, const void* v, void* o, int64_t batch,
                                 int64_t seq, int heads, int head_dim, DType dtype, float scale);
 void launch_convert_from_f32(cudaStream_t s, const float* in, void* out, int64_t n, DType dtype);

@@ -244,6 +244,9 @@ __global__ void __launch_bounds__(kNormThreads) norm_rope_kernel(T* __restrict__
 // overlap. Across-heads RMS needs the whole row first: held in registers when it fits
 // in kNB passes, else summed in a first pass and re-read (from L2) in a second.
 constexpr int kRowWarps = 4;  // rows per block
+// The pipelined walk's batch where the launcher picks (pipe -1): bench_kernels' rows
+// "(vector, pipelined N)" against "(vector, 8 passes)"/"(12 passes)" decide it.
+constexpr int kAutoPipe = 6;
 
 template <typename T>
 struct Vec {
@@ -308,7 +311,7 @@ __device__ __forceinline__ void load_f32x(const float* __restrict__ src, float* 
   }
 }
 
-template <typename T, int kNorm, int kCPL, int kNB>
+template <typename T, int kNorm, int kCPL, int kNB, bool kPipe>
 __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __restrict__ data, T* __restrict__ out,
                                                                          RowPlace pl, int64_t rows, int64_t pos_offset,
                                                                          int heads, int G, int rope, float eps,
@@ -360,15 +363,16 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
   T* out_row = nullptr;
 
   auto head_of = [&](int p) { return p * hpw + hw; };
-  auto load = [&](int p, V (&v)[kCPL]) {
+  auto load_row = [&](const T* xr, int p, V (&v)[kCPL]) {
     const int h = head_of(p);
 #pragma unroll
     for (int j = 0; j < kCPL; ++j) {
       v[j].raw = make_uint4(0, 0, 0, 0);
       if (h < heads && has[j])
-        v[j].raw = __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(h) * D + (cl + G * j) * kVE));
+        v[j].raw = __ldg(reinterpret_cast<const uint4*>(xr + static_cast<int64_t>(h) * D + (cl + G * j) * kVE));
     }
   };
+  auto load = [&](int p, V (&v)[kCPL]) { load_row(x, p, v); };
   // Normalises (given the group's statistics), rotates and stores one pass's chunks.
   auto finish = [&](int p, V (&v)[kCPL], float mu, float rinv) {
     const int h = head_of(p);
@@ -420,57 +424,24 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
     }
   };
 
-  for (; row < rows; row += row_step) {  // whole warps: the bound is uniform across a warp
-  x = data + row * pl.row_pitch;
-  out_row = out_row_of(out, pl, row);
-  if (rope) {
-    const float pos = static_cast<float>(pos_offset + row % pl.tokens_per_batch);
+  // A row's place (input, target) and its RoPE angles: once per row.
+  auto begin_row = [&](int64_t r) {
+    x = data + r * pl.row_pitch;
+    out_row = out_row_of(out, pl, r);
+    if (rope) {
+      const float pos = static_cast<float>(pos_offset + r % pl.tokens_per_batch);
 #pragma unroll
-    for (int j = 0; j < kCPL; ++j)
+      for (int j = 0; j < kCPL; ++j)
 #pragma unroll
-      for (int q = 0; q < kPairs; ++q)
-        if (has[j]) sincosf(pos * th[j][q], &sn[j][q], &cs[j][q]);
-  }
-  if constexpr (norm == static_cast<int>(NormKind::kRmsAcrossHeads)) {
-    const float inv_n = 1.0f / (static_cast<float>(heads) * static_cast<float>(D));
-    if (passes <= kNB) {
-      V v[kNB][kCPL];
-#pragma unroll
-      for (int p = 0; p < kNB; ++p) load(p, v[p]);
-      float s1 = 0.0f, s2[1] = {0.0f};
-#pragma unroll
-      for (int p = 0; p < kNB; ++p) lane_sums(v[p], 0.0f, s1, s2[0]);
-      warp_sums(s2);
-      const float rinv = rsqrtf(s2[0] * inv_n + eps);
-#pragma unroll
-      for (int p = 0; p < kNB; ++p) finish(p, v[p], 0.0f, rinv);
-    } else {
-      float s1 = 0.0f, s2[1] = {0.0f};
-      for (int p0 = 0; p0 < passes; p0 += kNB) {
-        V v[kNB][kCPL];
-#pragma unroll
-        for (int p = 0; p < kNB; ++p) load(p0 + p, v[p]);
-#pragma unroll
-        for (int p = 0; p < kNB; ++p) lane_sums(v[p], 0.0f, s1, s2[0]);
-      }
-      warp_sums(s2);
-      const float rinv = rsqrtf(s2[0] * inv_n + eps);
-      for (int p0 = 0; p0 < passes; p0 += kNB) {
-        V v[kNB][kCPL];
-#pragma unroll
-        for (int p = 0; p < kNB; ++p) load(p0 + p, v[p]);
-#pragma unroll
-        for (int p = 0; p < kNB; ++p) finish(p0 + p, v[p], 0.0f, rinv);
-      }
+        for (int q = 0; q < kPairs; ++q)
+          if (has[j]) sincosf(pos * th[j][q], &sn[j][q], &cs[j][q]);
     }
-  } else {
+  };
   // Per head (or no norm): each head's G lanes reduce among themselves, kNB heads' chains
-  // at once. Passes past the last head load nothing and store nothing.
-  const float inv_n = 1.0f / static_cast<float>(D);
-  for (int p0 = 0; p0 < passes; p0 += kNB) {
-    V v[kNB][kCPL];
-#pragma unroll
-    for (int p = 0; p < kNB; ++p) load(p0 + p, v[p]);
+  // at once; then normalise, rotate and store passes p0 .. p0 + kNB - 1 of the current
+  // row. Passes past the last head load nothing and store nothing.
+  auto per_head_batch = [&](int p0, V (&v)[kNB][kCPL]) {
+    const float inv_n = 1.0f / static_cast<float>(D);
     float mu[kNB], rinv[kNB];
 #pragma unroll
     for (int p = 0; p < kNB; ++p) mu[p] = 0.0f, rinv[p] = 1.0f;
@@ -510,6 +481,86 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
     }
 #pragma unroll
     for (int p = 0; p < kNB; ++p) finish(p0 + p, v[p], mu[p], rinv[p]);
+  };
+
+  if constexpr (kPipe && norm != static_cast<int>(NormKind::kRmsAcrossHeads)) {
+    // Software-pipelined walk over the warp's (row, first pass) items: the next item's
+    // loads are issued before the current one is reduced, rotated and stored, so a warp
+    // keeps a batch in flight while it computes (without it, each warp alternates between
+    // waiting for its loads and computing, and at 16-bit types, where a row is one or two
+    // batches, the kernel stays well short of the copy bound). Two register buffers,
+    // swapped by unrolling the walk by two.
+    V a[kNB][kCPL], b[kNB][kCPL];
+    int64_t r = row;
+    int p0 = 0;
+    auto next = [&](int64_t& rr, int& pp) {
+      pp += kNB;
+      if (pp >= passes) pp = 0, rr += row_step;
+    };
+    auto load_item = [&](int64_t rr, int pp, V (&v)[kNB][kCPL]) {
+      if (rr >= rows) return;
+      const T* xr = data + rr * pl.row_pitch;
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) load_row(xr, pp + p, v[p]);
+    };
+    load_item(r, p0, a);
+    while (r < rows) {
+      int64_t r1 = r;
+      int p1 = p0;
+      next(r1, p1);
+      load_item(r1, p1, b);
+      if (p0 == 0) begin_row(r);
+      per_head_batch(p0, a);
+      r = r1, p0 = p1;
+      if (r >= rows) break;
+      next(r1, p1);
+      load_item(r1, p1, a);
+      if (p0 == 0) begin_row(r);
+      per_head_batch(p0, b);
+      r = r1, p0 = p1;
+    }
+  } else {
+  for (; row < rows; row += row_step) {  // whole warps: the bound is uniform across a warp
+  begin_row(row);
+  if constexpr (norm == static_cast<int>(NormKind::kRmsAcrossHeads)) {
+    const float inv_n = 1.0f / (static_cast<float>(heads) * static_cast<float>(D));
+    if (passes <= kNB) {
+      V v[kNB][kCPL];
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) load(p, v[p]);
+      float s1 = 0.0f, s2[1] = {0.0f};
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) lane_sums(v[p], 0.0f, s1, s2[0]);
+      warp_sums(s2);
+      const float rinv = rsqrtf(s2[0] * inv_n + eps);
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) finish(p, v[p], 0.0f, rinv);
+    } else {
+      float s1 = 0.0f, s2[1] = {0.0f};
+      for (int p0 = 0; p0 < passes; p0 += kNB) {
+        V v[kNB][kCPL];
+#pragma unroll
+        for (int p = 0; p < kNB; ++p) load(p0 + p, v[p]);
+#pragma unroll
+        for (int p = 0; p < kNB; ++p) lane_sums(v[p], 0.0f, s1, s2[0]);
+      }
+      warp_sums(s2);
+      const float rinv = rsqrtf(s2[0] * inv_n + eps);
+      for (int p0 = 0; p0 < passes; p0 += kNB) {
+        V v[kNB][kCPL];
+#pragma unroll
+        for (int p = 0; p < kNB; ++p) load(p0 + p, v[p]);
+#pragma unroll
+        for (int p = 0; p < kNB; ++p) finish(p0 + p, v[p], 0.0f, rinv);
+      }
+    }
+  } else {
+  for (int p0 = 0; p0 < passes; p0 += kNB) {
+    V v[kNB][kCPL];
+#pragma unroll
+    for (int p = 0; p < kNB; ++p) load(p0 + p, v[p]);
+    per_head_batch(p0, v);
+  }
   }
   }
   }
@@ -523,7 +574,7 @@ void norm_rope_launch(cudaStream_t s, T* data, T* out, const RowPlace& pl, const
       p.gamma, p.beta);
 }
 
-template <typename T, int kNorm, int kCPL, int kNB>
+template <typename T, int kNorm, int kCPL, int kNB, bool kPipe = false>
 void norm_rope_rows_launch(cudaStream_t s, T* data, T* out, const RowPlace& pl, const QkView& x,
                            const NormRopeParams& p, int G) {
   const int64_t rows = x.batch * x.tokens_per_batch;
@@ -533,25 +584,39 @@ void norm_rope_rows_launch(cudaStream_t s, T* data, T* out, const RowPlace& pl, 
     int dev = 0, sms = 0, per_sm = 0;
     UIPC_CUDA_CHECK(cudaGetDevice(&dev));
     UIPC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    UIPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_rope_rows_kernel<T, kNorm, kCPL, kNB>,
+    UIPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_rope_rows_kernel<T, kNorm, kCPL, kNB, kPipe>,
                                                                    kRowWarps * 32, 0));
     resident = std::max(1, sms * per_sm);
   }
   const int64_t want = (rows + kRowWarps - 1) / kRowWarps;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(want, resident));
-  norm_rope_rows_kernel<T, kNorm, kCPL, kNB><<<blocks, kRowWarps * 32, 0, s>>>(
+  norm_rope_rows_kernel<T, kNorm, kCPL, kNB, kPipe><<<blocks, kRowWarps * 32, 0, s>>>(
       data, out, pl, rows, x.pos_offset, x.heads, G, static_cast<int>(p.rope), p.eps, p.rope_theta, p.gamma, p.beta);
 }
 
-// batch: passes loaded at once (8 or 12; 0 picks by the head count).
+// batch: passes loaded at once (8 or 12; 0 picks by the head count). pipe: the
+// software-pipelined walk (two batches of `pipe` passes, the next in flight while the
+// current is computed) for per-head norms and RoPE only: 4, 6 or 8; 0 off; -1 picks.
 template <typename T, int kNorm>
 void norm_rope_rows_pick(cudaStream_t s, T* data, T* out, const RowPlace& pl, const QkView& x,
-                         const NormRopeParams& p, int chunks, int batch) {
+                         const NormRopeParams& p, int chunks, int batch, int pipe) {
   const int G = chunks <= 32 ? chunks : 32;  // lanes per head
   const int passes = (x.heads + 32 / G - 1) / (32 / G);
+  constexpr bool across = kNorm == static_cast<int>(NormKind::kRmsAcrossHeads);
+  if (pipe < 0) pipe = (!across && chunks <= 32 && batch == 0) ? kAutoPipe : 0;
   if (chunks > 32) {
     norm_rope_rows_launch<T, kNorm, 2, 4>(s, data, out, pl, x, p, G);
-  } else if (batch == 12 ||
+    return;
+  }
+  if constexpr (!across) {
+    switch (pipe) {
+      case 4: norm_rope_rows_launch<T, kNorm, 1, 4, true>(s, data, out, pl, x, p, G); return;
+      case 6: norm_rope_rows_launch<T, kNorm, 1, 6, true>(s, data, out, pl, x, p, G); return;
+      case 8: norm_rope_rows_launch<T, kNorm, 1, 8, true>(s, data, out, pl, x, p, G); return;
+      default: break;
+    }
+  }
+  if (batch == 12 ||
              (batch == 0 && passes > 8 && (G & (G - 1)) == 0 && kNorm != static_cast<int>(NormKind::kLayerPerHead))) {
     // 12 passes in flight measured faster than 8 for power-of-two lane groups (head_dim
     // 64, 128: bench_kernels), slower for head_dim 72's groups of 9 lanes; LayerNorm's two
@@ -574,7 +639,8 @@ bool vector_kernel_fits(const QkView& x) {
 }
 
 template <typename T>
-void norm_rope_typed(cudaStream_t s, const QkView& x, const NormRopeParams& p, NormRopeKernel which, int batch) {
+void norm_rope_typed(cudaStream_t s, const QkView& x, const NormRopeParams& p, NormRopeKernel which, int batch,
+                     int pipe) {
   const int64_t rows = x.batch * x.tokens_per_batch;
   if (rows == 0 || x.heads == 0) return;
   auto* data = static_cast<T*>(x.data);
@@ -586,10 +652,10 @@ void norm_rope_typed(cudaStream_t s, const QkView& x, const NormRopeParams& p, N
     constexpr int kVE = 16 / sizeof(T);
     const int chunks = D / kVE;
     switch (p.norm) {
-      case NormKind::kNone: norm_rope_rows_pick<T, 0>(s, data, out, pl, x, p, chunks, batch); break;
-      case NormKind::kRmsPerHead: norm_rope_rows_pick<T, 1>(s, data, out, pl, x, p, chunks, batch); break;
-      case NormKind::kRmsAcrossHeads: norm_rope_rows_pick<T, 2>(s, data, out, pl, x, p, chunks, batch); break;
-      case NormKind::kLayerPerHead: norm_rope_rows_pick<T, 3>(s, data, out, pl, x, p, chunks, batch); break;
+      case NormKind::kNone: norm_rope_rows_pick<T, 0>(s, data, out, pl, x, p, chunks, batch, pipe); break;
+      case NormKind::kRmsPerHead: norm_rope_rows_pick<T, 1>(s, data, out, pl, x, p, chunks, batch, pipe); break;
+      case NormKind::kRmsAcrossHeads: norm_rope_rows_pick<T, 2>(s, data, out, pl, x, p, chunks, batch, pipe); break;
+      case NormKind::kLayerPerHead: norm_rope_rows_pick<T, 3>(s, data, out, pl, x, p, chunks, batch, pipe); break;
     }
     UIPC_CUDA_CHECK(cudaGetLastError());
     return;
@@ -742,8 +808,9 @@ __global__ void convert_2d_kernel(const float* __restrict__ in, int64_t ld_in, T
 }  // namespace
 
 void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p, NormRopeKernel which,
-                      int batch) {
+                      int batch, int pipe) {
   UIPC_CHECK(batch == 0 || batch == 8 || batch == 12, "norm_rope: batch must be 0, 8 or 12");
+  UIPC_CHECK(pipe == -1 || pipe == 0 || pipe == 4 || pipe == 6 || pipe == 8, "norm_rope: pipe must be -1, 0, 4, 6 or 8");
   UIPC_CHECK(x.head_dim > 0 && x.head_dim <= 2 * 32 * kMaxPairsPerLane,
              "CUDA norm_rope supports head_dim 1.." + std::to_string(2 * 32 * kMaxPairsPerLane) + ", not " +
                  std::to_string(x.head_dim));
@@ -758,9 +825,9 @@ void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRo
     return;
   }
   switch (dtype) {
-    case DType::kBF16: norm_rope_typed<__nv_bfloat16>(s, x, p, which, batch); break;
-    case DType::kFP16: norm_rope_typed<__half>(s, x, p, which, batch); break;
-    default: norm_rope_typed<float>(s, x, p, which, batch); break;
+    case DType::kBF16: norm_rope_typed<__nv_bfloat16>(s, x, p, which, batch, pipe); break;
+    case DType::kFP16: norm_rope_typed<__half>(s, x, p, which, batch, pipe); break;
+    default: norm_rope_typed<float>(s, x, p, which, batch, pipe); break;
   }
 }
 

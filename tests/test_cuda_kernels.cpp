@@ -188,14 +188,17 @@ struct NormRopeCheck {
   bool fused;
   bool slice_out;
   NormRopeKernel which;
+  int pipe = -1;    // the vector kernel's pipelined walk: 4, 6, 8, 0 off, -1 as the layer picks
+  int64_t S = 37;   // tokens per batch (2 batches); thousands make every warp walk several rows
 };
 
 void run_norm_rope_check(CudaKernelsTest& t, const NormRopeCheck& c) {
   SCOPED_TRACE(std::string(dtype_name(c.dt)) + " D=" + std::to_string(c.D) + " H=" + std::to_string(c.H) +
                " norm=" + std::to_string(static_cast<int>(c.norm)) + " rope=" + std::to_string(c.rope) +
                (c.fused ? " fused" : " separate") + (c.slice_out ? " +slice" : "") + " kernel=" +
-               (c.which == NormRopeKernel::kVector ? "vector" : c.which == NormRopeKernel::kGeneral ? "general" : "auto"));
-  const int64_t B = 2, S = 37, pos0 = 100;
+               (c.which == NormRopeKernel::kVector ? "vector" : c.which == NormRopeKernel::kGeneral ? "general" : "auto") +
+               " pipe=" + std::to_string(c.pipe) + " S=" + std::to_string(c.S));
+  const int64_t B = 2, S = c.S, pos0 = 100;
   const int H = c.H, D = c.D;
   const int64_t width = static_cast<int64_t>(H) * D, pitch = c.fused ? 3 * width : width;
   const int64_t col0 = c.fused ? width : 0;  // where the view starts within a row
@@ -229,7 +232,7 @@ void run_norm_rope_check(CudaKernelsTest& t, const NormRopeCheck& c) {
   p.rope_theta = 10000.0f;
   p.gamma = dg.as<float>();
   p.beta = db.as<float>();
-  launch_norm_rope(static_cast<cudaStream_t>(t.stream_->native()), view, c.dt, p, c.which);
+  launch_norm_rope(static_cast<cudaStream_t>(t.stream_->native()), view, c.dt, p, c.which, 0, c.pipe);
   t.stream_->synchronize();
   HostTensor got(c.dt, B * S * pitch), got_target(c.dt, target.size());
   t.download(got, dq);
@@ -303,6 +306,28 @@ TEST_F(CudaKernelsTest, NormRopeVectorKernelPaths) {
       run_norm_rope_check(*this, {dt, 128, 40, nk, true, false, false, NormRopeKernel::kVector});
       run_norm_rope_check(*this, {dt, 256, 6, nk, true, true, false, NormRopeKernel::kVector});
       if (dt != DType::kFP32) run_norm_rope_check(*this, {dt, 512, 3, nk, true, false, true, NormRopeKernel::kVector});
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// The pipelined walk (the next batch of passes loading while the current one is
+// computed, two register buffers in turn): with 5000 rows every resident warp walks
+// several rows, so batches cross rows, buffers alternate and the walk ends on either
+// buffer; 24 heads at head_dim 128 give rows of two batches (16-bit, batches of 8: the
+// second half past the last head) to six (fp32, batches of 4); head_dim 72 and 64 rows
+// of one.
+// Each against the float64 reference, the moved heads' target and untouched bytes too.
+TEST_F(CudaKernelsTest, NormRopeVectorKernelPipelinedWalk) {
+  const NormKind per_head[] = {NormKind::kNone, NormKind::kRmsPerHead, NormKind::kLayerPerHead};
+  for (DType dt : kAllTypes) {
+    for (NormKind nk : per_head) {
+      for (int pipe : {4, 6, 8}) {
+        if (dt != DType::kBF16 && pipe == 6) continue;
+        run_norm_rope_check(*this, {dt, 128, 24, nk, true, true, true, NormRopeKernel::kVector, pipe, 2500});
+      }
+      run_norm_rope_check(*this, {dt, 72, 5, nk, true, true, false, NormRopeKernel::kVector, 6, 2500});
+      run_norm_rope_check(*this, {dt, 64, 7, nk, true, false, true, NormRopeKernel::kVector, 4, 2500});
       if (HasFatalFailure()) return;
     }
   }
