@@ -244,9 +244,6 @@ __global__ void __launch_bounds__(kNormThreads) norm_rope_kernel(T* __restrict__
 // overlap. Across-heads RMS needs the whole row first: held in registers when it fits
 // in kNB passes, else summed in a first pass and re-read (from L2) in a second.
 constexpr int kRowWarps = 4;  // rows per block
-// The pipelined walk's batch where the launcher picks (pipe -1): bench_kernels' rows
-// "(vector, pipelined N)" against "(vector, 8 passes)"/"(12 passes)" decide it.
-constexpr int kAutoPipe = 6;
 
 template <typename T>
 struct Vec {
@@ -603,7 +600,16 @@ void norm_rope_rows_pick(cudaStream_t s, T* data, T* out, const RowPlace& pl, co
   const int G = chunks <= 32 ? chunks : 32;  // lanes per head
   const int passes = (x.heads + 32 / G - 1) / (32 / G);
   constexpr bool across = kNorm == static_cast<int>(NormKind::kRmsAcrossHeads);
-  if (pipe < 0) pipe = (!across && chunks <= 32 && batch == 0) ? kAutoPipe : 0;
+  if (pipe < 0) {
+    // As bench_kernels measured on the H200 (rows "(vector, pipelined N)" against
+    // "(vector, 8 passes)"/"(12 passes)", 2026-12-01): 16-bit types gain from the
+    // pipelined walk with batches of 4 (LayerNorm 58 -> 70-72% of the copy bound at
+    // head_dim 128, RMS 77 -> 79-81%), except per-head RMS on lane groups that are not a
+    // power of two (head_dim 72: 67% plain with 8 passes, 59-65% pipelined); fp32 rows
+    // are twice the bytes for the same work and gain nothing (84-88% either way).
+    const bool rms_odd_groups = kNorm == static_cast<int>(NormKind::kRmsPerHead) && (G & (G - 1)) != 0;
+    pipe = (!across && sizeof(T) == 2 && batch == 0 && !rms_odd_groups) ? 4 : 0;
+  }
   if (chunks > 32) {
     norm_rope_rows_launch<T, kNorm, 2, 4>(s, data, out, pl, x, p, G);
     return;
