@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/mpi_testing.hpp"
 #include "tests/deck_testing.hpp"
 #include "base/error.hpp"
 #include "lib/deck.hpp"
@@ -28,14 +29,10 @@ using uipc::Deck;
 
 namespace {
 
+using uipc::testing::world_rank;
+
 using uipc::testing::TempDir;
 using uipc::testing::expect_same_case;
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
 
 // A case with every field away from its default (checked below, so that a field the
 // encoding forgot cannot hide behind a default that happens to match).

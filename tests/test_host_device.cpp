@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/mpi_testing.hpp"
 #include "base/error.hpp"
 #include "base/rng.hpp"
 #include "comm/host_device.hpp"
@@ -25,19 +26,10 @@
 namespace uipc {
 namespace {
 
+using uipc::testing::world_rank;
+using uipc::testing::world_size;
+
 using Clock = std::chrono::steady_clock;
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
 
 uint64_t fresh_seed() {
   std::random_device rd;

@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 
+#include "tests/mpi_testing.hpp"
 #include "base/error.hpp"
 #include "comm/bootstrap.hpp"
 #include "comm/collectives.hpp"
@@ -26,16 +27,8 @@ using namespace uipc;
 
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using uipc::testing::world_rank;
+using uipc::testing::world_size;
 
 struct Traced {
   std::vector<model::RankTrace> traces;

@@ -19,6 +19,7 @@
 #include <set>
 #include <thread>
 
+#include "tests/mpi_testing.hpp"
 #include "base/error.hpp"
 #include "base/rng.hpp"
 #include "comm/bootstrap.hpp"
@@ -34,16 +35,8 @@ using namespace uipc;
 
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+using uipc::testing::world_rank;
+using uipc::testing::world_size;
 
 // A seed every rank agrees on, fresh for every test run.
 uint64_t shared_seed() {

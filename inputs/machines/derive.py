@@ -53,23 +53,16 @@ def main():
                 v["source"] = "H200's value (same die; derive.py): " + v["source"]
     save("h100-sxm", h100)
 
-    two = copy.deepcopy(h200)
-    two["name"] = "h200-2node"
-    two["description"] = ("Two nodes of 8 NVIDIA H200 SXM GPUs, one 400 Gb/s NIC per GPU (rail-aligned), each node as "
-                          "h200-nvlink (inputs/machines/derive.py).")
-    two["topology"] = {"gpus_per_node": 8, "nodes": 2}
-    for v in two["parameters"].values():
-        v.pop("fit", None)
-    two["parameters"]["nic_gbs"] = {"value": 50, "unit": "GB/s", "source": "spec: one 400 Gb/s NIC per GPU"}
-    save("h200-2node", two)
-
-    four = copy.deepcopy(two)
-    four["name"] = "h200-4node"
-    four["description"] = ("Four nodes of 8 NVIDIA H200 SXM GPUs, one 400 Gb/s NIC per GPU (rail-aligned), each node as "
-                           "h200-nvlink (inputs/machines/derive.py).")
-    four["topology"] = {"gpus_per_node": 8, "nodes": 4}
-    save("h200-4node", four)
-
+    for nodes, word in ((2, "Two"), (4, "Four")):
+        multi = copy.deepcopy(h200)
+        multi["name"] = f"h200-{nodes}node"
+        multi["description"] = (f"{word} nodes of 8 NVIDIA H200 SXM GPUs, one 400 Gb/s NIC per GPU (rail-aligned), each "
+                                "node as h200-nvlink (inputs/machines/derive.py).")
+        multi["topology"] = {"gpus_per_node": 8, "nodes": nodes}
+        for v in multi["parameters"].values():
+            v.pop("fit", None)
+        multi["parameters"]["nic_gbs"] = {"value": 50, "unit": "GB/s", "source": "spec: one 400 Gb/s NIC per GPU"}
+        save(multi["name"], multi)
 
 if __name__ == "__main__":
     main()
