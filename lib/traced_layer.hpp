@@ -31,7 +31,8 @@ void run_traced_layer(TracingDevice& dev, LayerPipeline& pipe, Stream& compute, 
                       bool model_mode, RunResult& rr);
 
 // The machine named on the command line: a path, or the name of a shipped file
-// (inputs/machines/NAME.json). "" gives the default (h200-nvlink).
+// (NAME.json in $ULYSSES_MACHINE_DIR, else in the installed share/ulysses-ipc/machines
+// beside the program, else in the source tree's inputs/machines). "" gives h200-nvlink.
 std::string machine_path(const std::string& name_or_path);
 
 }  // namespace uipc

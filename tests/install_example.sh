@@ -27,6 +27,28 @@ for f in lib/cmake/ulysses_ipc/ulysses_ipcConfig.cmake lib/cmake/ulysses_ipc/uly
   lib/libulysses_device.a lib/libulysses_base.a bin/ulysses-ipc; do
   [[ -f $prefix/$f ]] || fail "missing from the install: $f"
 done
+for m in h200-nvlink h200-nvlink-prior h100-sxm h200-2node h200-4node; do
+  [[ -f $prefix/share/ulysses-ipc/machines/$m.json ]] || fail "missing from the install: the machine $m"
+done
+# The installed program models on the installed machines (renamed here, so that the
+# source tree's file of the same name would show), not on the source tree's.
+python3 - "$prefix/share/ulysses-ipc/machines/h200-nvlink.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["name"] = "h200-nvlink-as-installed"
+json.dump(m, open(sys.argv[1], "w"))
+PY
+(cd "$work" && env -u ULYSSES_MACHINE_DIR "$prefix/bin/ulysses-ipc" "$OLDPWD/inputs/default.h5" --mode sim -o "$work/r.h5" --quiet) \
+  >"$work/run.log" 2>&1 || { cat "$work/run.log"; fail "the installed ulysses-ipc did not run the default deck"; }
+python3 - "$work/r.h5" <<'PY' || fail "the installed program did not model on the installed machine"
+import sys
+import h5py
+with h5py.File(sys.argv[1], "r") as f:
+    names = {f["cases"][c][r]["traced_layer"].attrs["machine"] for c in f.attrs["cases"]
+             for r in f["cases"][c].attrs["runs"]}
+print("machines modelled on:", sorted(str(n) for n in names))
+assert names == {"h200-nvlink-as-installed"}, names
+PY
 # Nothing in the package may point back into the source or build tree.
 if grep -rlE "$(pwd)|$BUILD" "$prefix/lib/cmake"; then fail "the CMake package refers to the source or build tree"; fi
 
