@@ -149,7 +149,6 @@ TEST_P(Tracing, CopiesNameTheirPeerAndEveryWaitMeetsItsWrite) {
 }
 
 TEST_P(Tracing, TheDecoratorDoesNotChangeTheDataAndElidedCopiesDoNotLand) {
-  if (GetParam() == "nccl") GTEST_SKIP() << "the nccl transport's all-to-all moves 8 bytes when elided";
   const int me = world_rank(), P = world_size();
   Traced full = run_groups(GetParam(), false, false);
   // Rank p's V slice for me: heads [me*4, +4) of its rows; element (s, h, d) of p = p*1000 + i.
@@ -162,6 +161,9 @@ TEST_P(Tracing, TheDecoratorDoesNotChangeTheDataAndElidedCopiesDoNotLand) {
           const uint16_t want = static_cast<uint16_t>(p * 1000 + (s * H + me * hl + h) * D + d);
           ASSERT_EQ(full.result[at], want) << "rank " << me << " element " << at;
         }
+  // With data elided the nccl transport's all-to-all still moves one 8-byte chunk (so
+  // that the ranks meet in it): only the mapped copies of ipc and vmm land nothing.
+  if (GetParam() == "nccl") return;
   Traced elided = run_groups(GetParam(), true, false);
   for (uint16_t v : elided.result) ASSERT_EQ(v, 0) << "a copy landed with data work elided";
   ASSERT_EQ(static_cast<int>(elided.traces.size()), P);
