@@ -15,17 +15,20 @@ mkdir -p "$OUT"
 # preset:case (its shape; the Ulysses degree is set to the world)
 SHAPES=(flux-dev-2048:flux-dev-2048.u8 hunyuanvideo-720p:hunyuanvideo-720p.u8 wan2.1-14b-720p:wan2.1-14b-720p.u8
         cogvideox-5b-720x480:cogvideox-5b-720x480.u8)
-HEADS=(24 24 40 48)
 T0=$SECONDS
 declare -A reports
 for machine_np in h200-2node:16 h200-4node:32; do
   machine=${machine_np%%:*} np=${machine_np##*:}
-  for i in "${!SHAPES[@]}"; do
-    preset=${SHAPES[$i]%%:*} case=${SHAPES[$i]##*:}
-    [ "${HEADS[$i]}" -lt "$np" ] && continue  # every rank needs a head
+  for shape in "${SHAPES[@]}"; do
+    preset=${shape%%:*} case=${shape##*:}
     d="$OUT/$preset-u$np.deck.h5" r="$OUT/$preset-u$np.h5"
-    "$APP" deck new --preset "$preset" --name "$case" --ulysses "$np" --transports nccl,hier \
-      --schedules baseline,v-first --warmup 0 --iterations 1 -o "$d" >/dev/null
+    if ! "$APP" deck new --preset "$preset" --name "$case" --ulysses "$np" --transports nccl,hier \
+      --schedules baseline,v-first --warmup 0 --iterations 1 -o "$d" >"$OUT/$preset-u$np.deck.log" 2>&1; then
+      # A model with fewer heads than ranks has no such layout (the deck's own check).
+      grep -q "every rank needs a head" "$OUT/$preset-u$np.deck.log" && continue
+      cat "$OUT/$preset-u$np.deck.log" >&2
+      exit 1
+    fi
     rc=0
     t=$SECONDS
     mpirun -np "$np" --oversubscribe "$APP" "$d" --mode model --machine "inputs/machines/$machine.json" --ranks-per-node 8 -o "$r" --quiet \
