@@ -1,0 +1,477 @@
+"""`trace`: each run's traced layer as Chrome Trace Event JSON, the format the Perfetto UI
+and chrome://tracing open (and the PyTorch profiler, Nsight exports and JAX write).
+
+Layout of the file:
+- one process per rank and time source: "rank R (measured)" from the events around each
+  op (CPU times in simulation mode, and said so), "rank R (modelled on MACHINE)" from the
+  simulator's replay; the measured block first, each named with its case and run;
+- one thread per stream of the rank, named by what runs on it ("stream 3: copy, high
+  priority"), plus a "host" thread for the host's waits and two threads for the stage
+  spans ("stages" and "layer") of the pipeline's own stage accounting;
+- one complete ("X") slice per op, named for what it is, its args carrying bytes, flops,
+  the achieved rate and the op's place in the report (`op` = index in the rank's trace);
+- flows (Perfetto's flow v2: `bind_id` with `flow_out`/`flow_in`) from every epoch write
+  to each wait it releases, and from every event record to each wait on it.
+
+Host syncs are not timed by the device's events, so a measured process has no host
+thread: its host syncs are counted in the file's `otherData` instead of being drawn at
+invented times. Times are written in whole nanoseconds (start and end each rounded), so
+that ops back to back on a stream stay properly nested for the trace processor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import optrace
+from .report import STAGES, Case, Report, ReportError, Run, TracedLayer
+
+# The order in which each schedule submits its tensors to the scatter, and in which its
+# separate projections run (lib/schedule.cpp): copies and all-to-alls are named for their
+# tensor by their place in this order.
+SUBMIT_ORDER = {"baseline": ("Q", "K", "V"), "v-first": ("V", "Q", "K"), "v-project-first": ("V", "Q", "K"),
+                "v-first-split": ("V", "Q", "K")}
+SEPARATE_PROJECT_ORDER = {"baseline": ("Q", "K", "V"), "v-first-split": ("V", "Q", "K")}
+_COLLECTIVE_NAMES = {"all_to_all": "all-to-all", "all_reduce": "all-reduce", "send_recv": "send/recv"}
+VIEWS = ("measured", "modeled")
+
+# Thread ids besides the streams' (stream i is thread i + 1).
+_TID_HOST, _TID_STAGES, _TID_LAYER = 10_000, 10_001, 10_002
+
+
+def _ns(ms: float) -> int:
+    return int(round(ms * 1e6))
+
+
+@dataclass
+class RankView:
+    """One rank's ops with everything the slices need, in issue order."""
+
+    rank: int
+    rows: np.ndarray  # indices into the report's op_* columns
+    ops: np.ndarray  # optrace.OP_DTYPE
+    prior_writes: list[tuple[int, int, int]]
+    names: list[str] = field(default_factory=list)
+
+
+def _column(traced: TracedLayer, name: str) -> np.ndarray:
+    if name not in traced.ops:
+        raise KeyError(f"traced_layer has no dataset '{name}'")
+    return traced.ops[name]
+
+
+def rank_views(run: Run, where: str) -> list[RankView]:
+    """Each rank's ops from the columns and the byte form, checked against each other."""
+    t = run.traced
+    assert t is not None
+    rank_col = _column(t, "op_rank")
+    if not t.rank_bytes:
+        raise ReportError(f"{where}: traced_layer has no trace_rank<R> datasets (docs/report.md)")
+    views = []
+    for r, b in enumerate(t.rank_bytes):
+        try:
+            parsed = optrace.parse(b)
+        except optrace.TraceBytesError as e:
+            raise ReportError(f"{where}: traced_layer/trace_rank{r}: {e}") from None
+        rows = np.flatnonzero(rank_col == r)
+        if parsed.rank != r or len(parsed.ops) != len(rows):
+            raise ReportError(f"{where}: traced_layer/trace_rank{r} holds rank {parsed.rank} with {len(parsed.ops)} "
+                              f"ops, the op_* columns {len(rows)} ops of rank {r}: the report is inconsistent")
+        for col, fld in (("op_kind", "kind"), ("op_stream", "stream"), ("op_waits_for", "waits_for")):
+            if not np.array_equal(_column(t, col)[rows], parsed.ops[fld]):
+                raise ReportError(f"{where}: traced_layer: {col} of rank {r} disagrees with trace_rank{r}")
+        views.append(RankView(rank=r, rows=rows, ops=parsed.ops, prior_writes=parsed.prior_writes))
+    if len(rows_total := np.concatenate([v.rows for v in views])) != len(rank_col):
+        raise ReportError(f"{where}: traced_layer: {len(rank_col) - len(rows_total)} ops of ranks without a trace")
+    return views
+
+
+class _Namer:
+    """Names the ops of one rank by what they are, walking them in issue order."""
+
+    def __init__(self, run: Run, case: Case, t: TracedLayer) -> None:
+        self.t = t
+        self.schedule = run.schedule
+        a = case.attrs
+        self.unit = int(np.asarray(a.get("heads", 0)).reshape(-1)[0]) * int(
+            np.asarray(a.get("head_dim", 0)).reshape(-1)[0]) // max(case.tp, 1)
+        self.fused = bool(np.asarray(a.get("fused_qkv", 0)).reshape(-1)[0])
+
+    def kind(self, op: np.void) -> str:
+        return self.t.kind_names[int(op["kind"])]
+
+    def names(self, v: RankView) -> list[str]:
+        ops = v.ops
+        kernels = [i for i in range(len(ops)) if self.kind(ops[i]) == "kernel"]
+        compute = int(ops[kernels[0]]["stream"]) if kernels else 0
+        attention = next((i for i in kernels if self.t.kernel_names[int(ops[i]["kernel"])] == "attention"), len(ops))
+        tensors = self._submissions(v, compute, attention)
+        separate = list(SEPARATE_PROJECT_ORDER.get(self.schedule, ()))
+        norms = [i for i in kernels if self.t.kernel_names[int(ops[i]["kernel"])] == "norm_rope" and i < attention]
+        scatter_collectives = [i for i in range(attention) if self.kind(ops[i]) == "collective"]
+        submit = SUBMIT_ORDER.get(self.schedule, ())
+        out = []
+        for i, op in enumerate(ops):
+            phase = "scatter" if i < attention else "gather"
+            k = self.kind(op)
+            if k == "kernel":
+                kk = self.t.kernel_names[int(op["kernel"])]
+                if kk == "gemm":
+                    out.append(self._gemm(op, i < attention, separate))
+                elif kk == "norm_rope":
+                    which = " " + "QK"[norms.index(i)] if len(norms) == 2 and i in norms else ""
+                    out.append(f"norm+RoPE{which}")
+                elif kk == "convert":
+                    out.append("convert (dtype)")
+                else:
+                    out.append(kk if kk != "none" else "kernel")
+            elif k == "copy":
+                of = f" of {tensors[i]}" if tensors.get(i) else (" of O" if phase == "gather" else "")
+                src, dst = self._mem_ranks(v, i)
+                if src == dst == v.rank:
+                    out.append(f"local copy{of}")
+                elif dst not in (v.rank, -1):
+                    out.append(f"copy{of} to rank {dst}")
+                else:
+                    out.append(f"copy{of} from rank {src}")
+            elif k == "collective":
+                name = _COLLECTIVE_NAMES.get(self._collective(op), self._collective(op))
+                if phase == "scatter" and len(scatter_collectives) == len(submit) and i in scatter_collectives:
+                    name += f" of {submit[scatter_collectives.index(i)]}"
+                elif phase == "scatter" and len(scatter_collectives) == 1:
+                    name += " of " + ", ".join(submit) if submit else " (scatter)"
+                else:
+                    name += f" ({phase})"
+                out.append(name)
+            elif k == "write_value":
+                dst = int(self.t.ops["op_dst_rank"][v.rows[i]])
+                out.append(f"write epoch {int(op['value'])} to rank {dst}" if dst >= 0
+                           else f"write epoch {int(op['value'])}")
+            elif k == "wait_value":
+                peer = int(op["label_peer"])
+                out.append(f"wait epoch {int(op['value'])}" + (f" (group rank {peer})" if peer >= 0 else ""))
+            elif k == "event_record":
+                out.append("event record")
+            elif k == "stream_wait_event":
+                w = int(op["waits_for"])
+                out.append(f"wait for event of stream {int(ops[w]['stream'])}" if w >= 0 else "wait for event")
+            elif k == "host_sync":
+                out.append("host sync")
+            else:
+                out.append(k)
+        return out
+
+    def _collective(self, op: np.void) -> str:
+        names = self.t.collective_names
+        c = int(op["collective"])
+        return names[c] if 0 <= c < len(names) else "collective"
+
+    def _mem_ranks(self, v: RankView, i: int) -> tuple[int, int]:
+        row = v.rows[i]
+        return int(self.t.ops["op_src_rank"][row]), int(self.t.ops["op_dst_rank"][row])
+
+    def _gemm(self, op: np.void, before_attention: bool, separate: list[str]) -> str:
+        m, n, kdim = (int(x) for x in op["dims"][:3])
+        if not before_attention:
+            return "output projection GEMM"
+        if self.unit <= 0 or n % self.unit:
+            return "projection GEMM"
+        units = n // self.unit
+        if units == 3:
+            return "QKV GEMM"
+        if units == 2:
+            return "QK GEMM"
+        if units == 1 and self.fused:
+            return "V GEMM"  # the fused projection's V columns
+        if units == 1 and separate:
+            return f"{separate.pop(0)} GEMM"
+        return "projection GEMM"
+
+    def _submissions(self, v: RankView, compute: int, attention: int) -> dict[int, str]:
+        """The tensor of every scatter copy: a submission starts where a copy stream waits
+        for an event the compute stream recorded (the producer's "ready"); the k-th is the
+        schedule's k-th submitted tensor. Left unnamed when the count does not match."""
+        submit = SUBMIT_ORDER.get(self.schedule)
+        if not submit:
+            return {}
+        ops = v.ops
+        k, last_target, tensor_of = -1, None, {}
+        for i in range(attention):
+            op = ops[i]
+            kind = self.kind(op)
+            if kind == "stream_wait_event" and int(op["stream"]) != compute:
+                w = int(op["waits_for"])
+                if w >= 0 and int(ops[w]["stream"]) == compute and self.kind(ops[w]) == "event_record":
+                    if w != last_target:
+                        k, last_target = k + 1, w
+            elif kind == "copy" and k >= 0:
+                tensor_of[i] = k
+        if k + 1 != len(submit):
+            return {}
+        return {i: submit[j] for i, j in tensor_of.items()}
+
+
+def _stream_names(t: TracedLayer, v: RankView, kinds: list[str]) -> dict[int, str]:
+    """'stream 3: copy, high priority': a stream is named by what runs on it."""
+    out = {}
+    streams = sorted({s for (r, s) in t.stream_high_priority if r == v.rank} | {int(s) for s in v.ops["stream"] if s >= 0})
+    for s in streams:
+        on = {kinds[i] for i in range(len(v.ops)) if int(v.ops[i]["stream"]) == s}
+        if "kernel" in on:
+            what = "compute"
+        elif "copy" in on or "collective" in on:
+            what = "copy"
+        elif on & {"write_value", "wait_value"}:
+            what = "epoch handshake"
+        else:
+            what = "events only" if on else "idle"
+        if t.stream_high_priority.get((v.rank, s)):
+            what += ", high priority"
+        out[s] = f"stream {s}: {what}"
+    return out
+
+
+@dataclass
+class _Slice:
+    name: str
+    tid: int
+    start: float
+    end: float
+    args: dict[str, Any]
+
+
+def _rate_args(op: np.void, dur_ms: float) -> dict[str, Any]:
+    args: dict[str, Any] = {"bytes": float(op["bytes"]), "flops": float(op["flops"])}
+    if dur_ms > 0:
+        if op["bytes"] > 0:
+            args["achieved_GB_per_s"] = float(op["bytes"]) / (dur_ms * 1e-3) / 1e9
+        if op["flops"] > 0:
+            args["achieved_TFLOP_per_s"] = float(op["flops"]) / (dur_ms * 1e-3) / 1e12
+    return args
+
+
+def _stage_spans(t: TracedLayer, rank: int, ends: np.ndarray) -> tuple[list[tuple[str, float, float]], list[str]]:
+    """The rank's stages as spans: each stage is a sum of (end of op a - end of op b)
+    pairs (stage_terms); each pair becomes one span. Stages not of that form are left out
+    and named in the second list."""
+    if t.stage_terms is None:
+        return [], []
+    spans, skipped = [], []
+    rows = t.stage_terms[t.stage_terms[:, 0] == rank]
+    for s, stage in enumerate(STAGES):
+        terms = rows[rows[:, 1] == s]
+        plus = sorted(float(ends[int(op)]) for op, c in zip(terms[:, 2], terms[:, 3]) if c == 1)
+        minus = sorted(float(ends[int(op)]) for op, c in zip(terms[:, 2], terms[:, 3]) if c == -1)
+        if len(plus) != len(minus) or len(plus) + len(minus) != len(terms) or not all(
+                np.isfinite(plus + minus)):
+            skipped.append(stage)
+            continue
+        for j, (a, b) in enumerate(zip(minus, plus)):
+            label = stage if len(plus) == 1 else f"{stage} ({j + 1} of {len(plus)})"
+            spans.append((label, a, b))
+    return spans, skipped
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.other: dict[str, Any] = {}
+        self._pid = 0
+
+    def process(self, name: str) -> int:
+        self._pid += 1
+        self.events.append({"ph": "M", "name": "process_name", "pid": self._pid, "args": {"name": name}})
+        self.events.append({"ph": "M", "name": "process_sort_index", "pid": self._pid,
+                            "args": {"sort_index": self._pid}})
+        return self._pid
+
+    def thread(self, pid: int, tid: int, name: str) -> None:
+        self.events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+        self.events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                            "args": {"sort_index": tid}})
+
+    def slice(self, pid: int, s: _Slice, cat: str, flow: dict[str, Any] | None = None) -> None:
+        t0, t1 = _ns(s.start), _ns(s.end)
+        e = {"ph": "X", "name": s.name, "cat": cat, "pid": pid, "tid": s.tid, "ts": t0 / 1000,
+             "dur": max(t1 - t0, 0) / 1000, "args": s.args}
+        if flow:
+            e.update(flow)
+        self.events.append(e)
+
+
+def _view_label(report: Report, t: TracedLayer, view: str) -> str:
+    if view == "modeled":
+        return f"modelled on {t.machine}"
+    return "measured, CPU times of a simulated run" if report.simulated else "measured"
+
+
+def _views(t: TracedLayer) -> list[str]:
+    out = []
+    if t.measured:
+        out.append("measured")
+    if t.modeled and np.isfinite(_column(t, "op_modeled_end_ms")).any():
+        out.append("modeled")
+    return out
+
+
+def _releases(t: TracedLayer, views: list[RankView], view: str) -> dict[tuple[int, int], tuple[int, int] | None]:
+    """For every epoch wait (rank, op): the write (rank, op) that releases it, as the
+    simulator decides: of the writes to the same word with a value >= the wait's, the one
+    that ends first in this view's times. None: released by a write from before the layer."""
+    end_col = _column(t, f"op_{view}_end_ms")
+    writes: dict[tuple[int, int, int], list[tuple[int, float, int, int]]] = {}
+    for v in views:
+        for i, op in enumerate(v.ops):
+            if t.kind_names[int(op["kind"])] == "write_value":
+                key = optrace.word_key(int(op["word_mem"]), int(op["word_offset"]), v.rank)
+                writes.setdefault(key, []).append((int(op["value"]), float(end_col[v.rows[i]]), v.rank, i))
+    out = {}
+    for v in views:
+        for i, op in enumerate(v.ops):
+            if t.kind_names[int(op["kind"])] != "wait_value":
+                continue
+            key = optrace.word_key(int(op["word_mem"]), int(op["word_offset"]), v.rank)
+            cands = [(end, r, j) for value, end, r, j in writes.get(key, []) if value >= int(op["value"])
+                     and math.isfinite(end)]
+            out[(v.rank, i)] = min(cands)[1:] if cands else None
+    return out
+
+
+def export_run(w: _Writer, report: Report, case: Case, run: Run) -> None:
+    where = f"{report.path}: case '{case.name}' run '{run.name}'"
+    t = run.traced
+    if t is None:
+        raise ReportError(f"{where}: no traced layer (docs/report.md, traced_layer), nothing to export")
+    if "op_rank" not in t.ops or len(t.ops["op_rank"]) == 0:
+        raise ReportError(f"{where}: the traced layer holds no ops")
+    views = rank_views(run, where)
+    names = _Namer(run, case, t)
+    for v in views:
+        v.names = names.names(v)
+    available = _views(t)
+    if not available:
+        raise ReportError(f"{where}: the traced layer has neither measured nor modelled op times "
+                          f"({t.model_note or 'not modelled'})")
+    info: dict[str, Any] = {"case": case.name, "run": run.name, "schedule": run.schedule,
+                            "transport_used": run.transport_used, "views": available,
+                            "machine": t.machine or None, "model_note": t.model_note or None}
+    for view in available:
+        start_col, end_col = _column(t, f"op_{view}_start_ms"), _column(t, f"op_{view}_end_ms")
+        release = _releases(t, views, view)
+        # bind ids: unique per source op and view, shared by every wait it releases.
+        bind = {(v.rank, i): f"{view}:{case.name}/{run.name}:{v.rank}:{i}" for v in views for i in range(len(v.ops))}
+        sources_used: set[tuple[int, int]] = set()
+        for (r, i), src in release.items():
+            if src is not None:
+                sources_used.add(src)
+        for v in views:
+            for i, op in enumerate(v.ops):
+                w_ = int(op["waits_for"])
+                if t.kind_names[int(op["kind"])] in ("stream_wait_event", "host_sync") and w_ >= 0:
+                    sources_used.add((v.rank, w_))
+        untimed: dict[str, int] = {}
+        for v in views:
+            pid = w.process(f"{case.name}/{run.name}: rank {v.rank} ({_view_label(report, t, view)})")
+            kinds = [t.kind_names[int(o["kind"])] for o in v.ops]
+            for s, name in _stream_names(t, v, kinds).items():
+                w.thread(pid, s + 1, name)
+            has_host = any(k == "host_sync" and np.isfinite(end_col[v.rows[i]]) for i, k in enumerate(kinds))
+            if has_host:
+                w.thread(pid, _TID_HOST, "host")
+            for i, op in enumerate(v.ops):
+                row = v.rows[i]
+                t0, t1 = float(start_col[row]), float(end_col[row])
+                if not (math.isfinite(t0) and math.isfinite(t1)):
+                    untimed[kinds[i]] = untimed.get(kinds[i], 0) + 1
+                    continue
+                args = _rate_args(op, t1 - t0)
+                args.update({"op": i, "rank": v.rank, "kind": kinds[i], "start_ms": t0, "end_ms": t1,
+                             "times": view})
+                if kinds[i] in ("kernel", "copy"):
+                    args["dims"] = [int(d) for d in op["dims"]]
+                flow: dict[str, Any] = {}
+                if (v.rank, i) in sources_used:
+                    flow = {"bind_id": bind[(v.rank, i)], "flow_out": True}
+                if kinds[i] == "wait_value":
+                    args["epoch"] = int(op["value"])
+                    src = release[(v.rank, i)]
+                    if src is None:
+                        args["released_by"] = "a write from before the traced layer"
+                    else:
+                        args["released_by"] = f"rank {src[0]} op {src[1]} ({views[src[0]].names[src[1]]})"
+                        flow = {"bind_id": bind[src], "flow_in": True}
+                elif kinds[i] in ("stream_wait_event", "host_sync") and int(op["waits_for"]) >= 0:
+                    src = (v.rank, int(op["waits_for"]))
+                    args["waits_for_op"] = src[1]
+                    if math.isfinite(float(end_col[v.rows[src[1]]])):
+                        flow = {"bind_id": bind[src], "flow_in": True}
+                elif kinds[i] == "write_value":
+                    args["epoch"] = int(op["value"])
+                tid = _TID_HOST if int(op["stream"]) < 0 else int(op["stream"]) + 1
+                w.slice(pid, _Slice(v.names[i], tid, t0, t1, args), cat=f"op,{view}", flow=flow)
+            spans, skipped = _stage_spans(t, v.rank, end_col[v.rows])
+            if spans:
+                w.thread(pid, _TID_STAGES, "stages")
+                w.thread(pid, _TID_LAYER, "layer")
+            stage_total: dict[str, float] = {}
+            for label, a, b in spans:
+                stage_total[label.split(" (")[0]] = stage_total.get(label.split(" (")[0], 0.0) + (b - a)
+            for label, a, b in spans:
+                stage = label.split(" (")[0]
+                args = {"stage": stage, "stage_ms": stage_total[stage], "times": view}
+                tid = _TID_LAYER if stage == "layer" else _TID_STAGES
+                w.slice(pid, _Slice(label, tid, a, b, args), cat=f"stage,{view}")
+            if skipped:
+                info.setdefault("stages_not_drawn", {})[f"rank {v.rank} {view}"] = skipped
+        if untimed:
+            info.setdefault("ops_without_times", {})[view] = untimed
+    w.other.setdefault("runs", []).append(info)
+
+
+def select_runs(report: Report, case_names: list[str] | None, run_names: list[str] | None) -> Iterator[tuple[Case, Run]]:
+    cases = report.select(case_names)
+    found = set()
+    for case in cases:
+        for run in case.runs:
+            if not run_names or run.name in run_names:
+                found.add(run.name)
+                yield case, run
+    missing = [n for n in (run_names or []) if n not in found]
+    if missing:
+        known = sorted({r.name for c in cases for r in c.runs})
+        raise ReportError(f"{report.path}: no run {', '.join(missing)} in the chosen case(s) (runs: {', '.join(known)})")
+
+
+def export(report: Report, case_names: list[str] | None = None, run_names: list[str] | None = None) -> dict[str, Any]:
+    """The Chrome Trace Event JSON object (a dict) of the chosen runs' traced layers."""
+    w = _Writer()
+    chosen = list(select_runs(report, case_names, run_names))
+    if not chosen:
+        raise ReportError(f"{report.path}: no run to export (the report holds no runs)")
+    for case, run in chosen:
+        export_run(w, report, case, run)
+    notes = []
+    if report.simulated:
+        notes.append("measured times are CPU times of a simulated run (simulation mode), not GPU figures")
+    if any(r.traced is not None and r.traced.modeled for _, r in chosen):
+        notes.append("processes named 'modelled on MACHINE' are MODELLED by the simulator (docs/model.md), "
+                     "not measured")
+    notes.append("host syncs are not timed by device events: measured processes leave them out "
+                 "(ops_without_times counts them); modelled processes draw them on the 'host' thread")
+    w.other.update({"report": report.path, "software": f"ulysses-ipc {report.software_version}",
+                    "mode": report.mode, "date": report.date, "world_size": report.world_size, "notes": notes})
+    return {"traceEvents": w.events, "displayTimeUnit": "ns", "otherData": w.other}
+
+
+def write(report: Report, path: str, case_names: list[str] | None = None, run_names: list[str] | None = None) -> int:
+    """Writes the JSON file; returns the number of runs written."""
+    doc = export(report, case_names, run_names)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    return len(doc["otherData"]["runs"])
