@@ -11,12 +11,17 @@ Layout of the file:
 - one complete ("X") slice per op, named for what it is, its args carrying bytes, flops,
   the achieved rate and the op's place in the report (`op` = index in the rank's trace);
 - flows (Perfetto's flow v2: `bind_id` with `flow_out`/`flow_in`) from every epoch write
-  to each wait it releases, and from every event record to each wait on it.
+  to each wait it releases, and from every event record to each wait on it. A flow ends
+  on a zero-length marker at the end of the wait ("epoch 7 released", "event ready"),
+  not on the wait itself: a wait starts before its release, and the trace processor
+  drops a flow whose end it meets before its start.
 
 Host syncs are not timed by the device's events, so a measured process has no host
 thread: its host syncs are counted in the file's `otherData` instead of being drawn at
 invented times. Times are written in whole nanoseconds (start and end each rounded), so
-that ops back to back on a stream stay properly nested for the trace processor.
+that ops back to back on a stream stay properly nested for the trace processor, from the
+layer's start, or from the earliest op when one starts before it (Perfetto drops
+negative timestamps; `otherData.time_origin_ns` says where time 0 is).
 """
 
 from __future__ import annotations
@@ -32,12 +37,13 @@ import numpy as np
 from . import optrace
 from .report import STAGES, Case, Report, ReportError, Run, TracedLayer
 
-# The order in which each schedule submits its tensors to the scatter, and in which its
-# separate projections run (lib/schedule.cpp): copies and all-to-alls are named for their
-# tensor by their place in this order.
+# The order in which each schedule submits its tensors to the scatter, and the order of the
+# projection's output columns in the GEMMs it runs (lib/schedule.cpp: the fused projection
+# is issued as its Q/K columns, then V's; v-project-first and v-first-split start with V):
+# copies, all-to-alls and GEMMs are named for their tensors by their place in these orders.
 SUBMIT_ORDER = {"baseline": ("Q", "K", "V"), "v-first": ("V", "Q", "K"), "v-project-first": ("V", "Q", "K"),
                 "v-first-split": ("V", "Q", "K")}
-SEPARATE_PROJECT_ORDER = {"baseline": ("Q", "K", "V"), "v-first-split": ("V", "Q", "K")}
+PROJECTION_COLUMNS = {"baseline": "QKV", "v-first": "QKV", "v-project-first": "VQK", "v-first-split": "VQK"}
 _COLLECTIVE_NAMES = {"all_to_all": "all-to-all", "all_reduce": "all-reduce", "send_recv": "send/recv"}
 VIEWS = ("measured", "modeled")
 
@@ -47,6 +53,16 @@ _TID_HOST, _TID_STAGES, _TID_LAYER = 10_000, 10_001, 10_002
 
 def _ns(ms: float) -> int:
     return int(round(ms * 1e6))
+
+
+def time_origin_ns(runs: list[Run]) -> int:
+    """Where the file's time 0 lies, in ns of the report's clock: 0, or earlier when an op
+    starts before the layer's start (a measured event on the host device can), since the
+    trace processor drops negative timestamps."""
+    starts = [np.nanmin(col) for r in runs if r.traced is not None
+              for col in (r.traced.ops.get(f"op_{v}_start_ms") for v in VIEWS)
+              if col is not None and np.isfinite(col).any()]
+    return min(0, int(math.floor(min(starts, default=0.0) * 1e6)))
 
 
 @dataclass
@@ -99,9 +115,9 @@ class _Namer:
         self.t = t
         self.schedule = run.schedule
         a = case.attrs
+        # One tensor's projection columns on a rank: heads x head_dim, split by tensor parallelism.
         self.unit = int(np.asarray(a.get("heads", 0)).reshape(-1)[0]) * int(
             np.asarray(a.get("head_dim", 0)).reshape(-1)[0]) // max(case.tp, 1)
-        self.fused = bool(np.asarray(a.get("fused_qkv", 0)).reshape(-1)[0])
 
     def kind(self, op: np.void) -> str:
         return self.t.kind_names[int(op["kind"])]
@@ -112,7 +128,7 @@ class _Namer:
         compute = int(ops[kernels[0]]["stream"]) if kernels else 0
         attention = next((i for i in kernels if self.t.kernel_names[int(ops[i]["kernel"])] == "attention"), len(ops))
         tensors = self._submissions(v, compute, attention)
-        separate = list(SEPARATE_PROJECT_ORDER.get(self.schedule, ()))
+        gemm_names = self._projection_gemms(ops, [i for i in kernels if i < attention])
         norms = [i for i in kernels if self.t.kernel_names[int(ops[i]["kernel"])] == "norm_rope" and i < attention]
         scatter_collectives = [i for i in range(attention) if self.kind(ops[i]) == "collective"]
         submit = SUBMIT_ORDER.get(self.schedule, ())
@@ -123,7 +139,7 @@ class _Namer:
             if k == "kernel":
                 kk = self.t.kernel_names[int(op["kernel"])]
                 if kk == "gemm":
-                    out.append(self._gemm(op, i < attention, separate))
+                    out.append(gemm_names.get(i, "output projection GEMM" if i > attention else "GEMM"))
                 elif kk == "norm_rope":
                     which = " " + "QK"[norms.index(i)] if len(norms) == 2 and i in norms else ""
                     out.append(f"norm+RoPE{which}")
@@ -176,22 +192,22 @@ class _Namer:
         row = v.rows[i]
         return int(self.t.ops["op_src_rank"][row]), int(self.t.ops["op_dst_rank"][row])
 
-    def _gemm(self, op: np.void, before_attention: bool, separate: list[str]) -> str:
-        m, n, kdim = (int(x) for x in op["dims"][:3])
-        if not before_attention:
-            return "output projection GEMM"
-        if self.unit <= 0 or n % self.unit:
-            return "projection GEMM"
-        units = n // self.unit
-        if units == 3:
-            return "QKV GEMM"
-        if units == 2:
-            return "QK GEMM"
-        if units == 1 and self.fused:
-            return "V GEMM"  # the fused projection's V columns
-        if units == 1 and separate:
-            return f"{separate.pop(0)} GEMM"
-        return "projection GEMM"
+    def _projection_gemms(self, ops: np.ndarray, kernels: list[int]) -> dict[int, str]:
+        """The projection's GEMMs named by the tensors whose columns each writes ("QK GEMM",
+        "V GEMM"): they run through the schedule's column order, a GEMM of N columns taking
+        the next N. A projection split otherwise (or not adding up to Q, K and V) is named
+        "projection GEMM"."""
+        gemms = [i for i in kernels if self.t.kernel_names[int(ops[i]["kernel"])] == "gemm"]
+        order = PROJECTION_COLUMNS.get(self.schedule, "")
+        n = [int(ops[i]["dims"][1]) for i in gemms]
+        if not order or self.unit <= 0 or sum(n) != len(order) * self.unit:
+            return {i: "projection GEMM" for i in gemms}
+        out, col = {}, 0
+        for i, cols in zip(gemms, n):
+            tensors = order[col // self.unit:(col + cols - 1) // self.unit + 1]
+            out[i] = f"{tensors} GEMM"
+            col += cols
+        return out
 
     def _submissions(self, v: RankView, compute: int, attention: int) -> dict[int, str]:
         """The tensor of every scatter copy: a submission starts where a copy stream waits
@@ -220,7 +236,7 @@ class _Namer:
 def _stream_names(t: TracedLayer, v: RankView, kinds: list[str]) -> dict[int, str]:
     """'stream 3: copy, high priority': a stream is named by what runs on it."""
     out = {}
-    streams = sorted({s for (r, s) in t.stream_high_priority if r == v.rank} | {int(s) for s in v.ops["stream"] if s >= 0})
+    streams = sorted({int(s) for s in v.ops["stream"] if s >= 0})  # a stream without ops has no thread
     for s in streams:
         on = {kinds[i] for i in range(len(v.ops)) if int(v.ops[i]["stream"]) == s}
         if "kernel" in on:
@@ -230,7 +246,7 @@ def _stream_names(t: TracedLayer, v: RankView, kinds: list[str]) -> dict[int, st
         elif on & {"write_value", "wait_value"}:
             what = "epoch handshake"
         else:
-            what = "events only" if on else "idle"
+            what = "events only"
         if t.stream_high_priority.get((v.rank, s)):
             what += ", high priority"
         out[s] = f"stream {s}: {what}"
@@ -279,10 +295,17 @@ def _stage_spans(t: TracedLayer, rank: int, ends: np.ndarray) -> tuple[list[tupl
 
 
 class _Writer:
-    def __init__(self) -> None:
+    def __init__(self, origin_ns: int) -> None:
         self.events: list[dict[str, Any]] = []
         self.other: dict[str, Any] = {}
+        self.origin_ns = origin_ns
         self._pid = 0
+        self._flow = 0
+        self._deferred: list[tuple[int, _Slice, str, dict[str, Any]]] = []
+
+    def next_flow_id(self) -> int:
+        self._flow += 1
+        return self._flow
 
     def process(self, name: str) -> int:
         self._pid += 1
@@ -296,8 +319,18 @@ class _Writer:
         self.events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
                             "args": {"sort_index": tid}})
 
+    def defer(self, pid: int, s: _Slice, cat: str, flow: dict[str, Any]) -> None:
+        """A flow's end, written after every op: at equal times the trace processor then
+        meets the flow's start first."""
+        self._deferred.append((pid, s, cat, flow))
+
+    def finish(self) -> None:
+        for pid, s, cat, flow in self._deferred:
+            self.slice(pid, s, cat, flow)
+        self._deferred = []
+
     def slice(self, pid: int, s: _Slice, cat: str, flow: dict[str, Any] | None = None) -> None:
-        t0, t1 = _ns(s.start), _ns(s.end)
+        t0, t1 = _ns(s.start) - self.origin_ns, _ns(s.end) - self.origin_ns
         e = {"ph": "X", "name": s.name, "cat": cat, "pid": pid, "tid": s.tid, "ts": t0 / 1000,
              "dur": max(t1 - t0, 0) / 1000, "args": s.args}
         if flow:
@@ -320,13 +353,16 @@ def _views(t: TracedLayer) -> list[str]:
     return out
 
 
-def _releases(t: TracedLayer, views: list[RankView], view: str) -> dict[tuple[int, int], tuple[int, int] | None]:
+def _releases(t: TracedLayer, views: list[RankView], view: str) -> dict[tuple[int, int], Any]:
     """For every epoch wait (rank, op): the write (rank, op) that releases it, as the
     simulator decides: of the writes to the same word with a value >= the wait's, the one
-    that ends first in this view's times. None: released by a write from before the layer."""
+    that ends first in this view's times, a write from before the layer first of all.
+    "before": released by a write from before the layer; None: no write of its word at all."""
     end_col = _column(t, f"op_{view}_end_ms")
     writes: dict[tuple[int, int, int], list[tuple[int, float, int, int]]] = {}
     for v in views:
+        for mem, offset, value in v.prior_writes:  # done before the layer: they end at -inf
+            writes.setdefault(optrace.word_key(mem, offset, v.rank), []).append((value, -math.inf, v.rank, -1))
         for i, op in enumerate(v.ops):
             if t.kind_names[int(op["kind"])] == "write_value":
                 key = optrace.word_key(int(op["word_mem"]), int(op["word_offset"]), v.rank)
@@ -338,8 +374,9 @@ def _releases(t: TracedLayer, views: list[RankView], view: str) -> dict[tuple[in
                 continue
             key = optrace.word_key(int(op["word_mem"]), int(op["word_offset"]), v.rank)
             cands = [(end, r, j) for value, end, r, j in writes.get(key, []) if value >= int(op["value"])
-                     and math.isfinite(end)]
-            out[(v.rank, i)] = min(cands)[1:] if cands else None
+                     and not math.isnan(end)]
+            first = min(cands) if cands else None
+            out[(v.rank, i)] = None if first is None else "before" if first[0] == -math.inf else first[1:]
     return out
 
 
@@ -364,11 +401,14 @@ def export_run(w: _Writer, report: Report, case: Case, run: Run) -> None:
     for view in available:
         start_col, end_col = _column(t, f"op_{view}_start_ms"), _column(t, f"op_{view}_end_ms")
         release = _releases(t, views, view)
-        # bind ids: unique per source op and view, shared by every wait it releases.
-        bind = {(v.rank, i): f"{view}:{case.name}/{run.name}:{v.rank}:{i}" for v in views for i in range(len(v.ops))}
+        # bind ids: unique per op and view; a source's is shared by every wait it releases.
+        bind = {}
+        for v in views:  # Perfetto takes a bind_id that reads as a number (hex here)
+            for i in range(len(v.ops)):
+                bind[(v.rank, i)] = f"0x{w.next_flow_id():x}"
         sources_used: set[tuple[int, int]] = set()
         for (r, i), src in release.items():
-            if src is not None:
+            if isinstance(src, tuple):
                 sources_used.add(src)
         for v in views:
             for i, op in enumerate(v.ops):
@@ -396,25 +436,31 @@ def export_run(w: _Writer, report: Report, case: Case, run: Run) -> None:
                 if kinds[i] in ("kernel", "copy"):
                     args["dims"] = [int(d) for d in op["dims"]]
                 flow: dict[str, Any] = {}
+                released: tuple[str, str] | None = None  # (marker name, bind id of its source)
                 if (v.rank, i) in sources_used:
                     flow = {"bind_id": bind[(v.rank, i)], "flow_out": True}
                 if kinds[i] == "wait_value":
                     args["epoch"] = int(op["value"])
                     src = release[(v.rank, i)]
-                    if src is None:
+                    if src == "before":
                         args["released_by"] = "a write from before the traced layer"
+                    elif src is None:
+                        args["released_by"] = "no write of its word (not released in this trace)"
                     else:
                         args["released_by"] = f"rank {src[0]} op {src[1]} ({views[src[0]].names[src[1]]})"
-                        flow = {"bind_id": bind[src], "flow_in": True}
+                        released = (f"epoch {int(op['value'])} released", bind[src])
                 elif kinds[i] in ("stream_wait_event", "host_sync") and int(op["waits_for"]) >= 0:
                     src = (v.rank, int(op["waits_for"]))
                     args["waits_for_op"] = src[1]
                     if math.isfinite(float(end_col[v.rows[src[1]]])):
-                        flow = {"bind_id": bind[src], "flow_in": True}
+                        released = ("event ready", bind[src])
                 elif kinds[i] == "write_value":
                     args["epoch"] = int(op["value"])
                 tid = _TID_HOST if int(op["stream"]) < 0 else int(op["stream"]) + 1
                 w.slice(pid, _Slice(v.names[i], tid, t0, t1, args), cat=f"op,{view}", flow=flow)
+                if released:
+                    w.defer(pid, _Slice(released[0], tid, t1, t1, {"wait_op": i, "rank": v.rank, "times": view}),
+                            cat=f"release,{view}", flow={"bind_id": released[1], "flow_in": True})
             spans, skipped = _stage_spans(t, v.rank, end_col[v.rows])
             if spans:
                 w.thread(pid, _TID_STAGES, "stages")
@@ -450,12 +496,13 @@ def select_runs(report: Report, case_names: list[str] | None, run_names: list[st
 
 def export(report: Report, case_names: list[str] | None = None, run_names: list[str] | None = None) -> dict[str, Any]:
     """The Chrome Trace Event JSON object (a dict) of the chosen runs' traced layers."""
-    w = _Writer()
     chosen = list(select_runs(report, case_names, run_names))
+    w = _Writer(time_origin_ns([r for _, r in chosen]))
     if not chosen:
         raise ReportError(f"{report.path}: no run to export (the report holds no runs)")
     for case, run in chosen:
         export_run(w, report, case, run)
+    w.finish()
     notes = []
     if report.simulated:
         notes.append("measured times are CPU times of a simulated run (simulation mode), not GPU figures")
@@ -464,7 +511,9 @@ def export(report: Report, case_names: list[str] | None = None, run_names: list[
                      "not measured")
     notes.append("host syncs are not timed by device events: measured processes leave them out "
                  "(ops_without_times counts them); modelled processes draw them on the 'host' thread")
-    w.other.update({"report": report.path, "software": f"ulysses-ipc {report.software_version}",
+    if w.origin_ns:
+        notes.append(f"time 0 of this file is {-w.origin_ns} ns before the layer's start (an op began before it)")
+    w.other.update({"time_origin_ns": w.origin_ns, "report": report.path, "software": f"ulysses-ipc {report.software_version}",
                     "mode": report.mode, "date": report.date, "world_size": report.world_size, "notes": notes})
     return {"traceEvents": w.events, "displayTimeUnit": "ns", "otherData": w.other}
 
