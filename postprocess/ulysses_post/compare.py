@@ -140,7 +140,8 @@ def compare(a: Report, b: Report, case_names: list[str] | None = None, out: Text
                  "(critical path), p10/p90 of the per-repeat medians, ratio = B / A (< 1: B faster)", ""]
         lines += [f"> {n}" for n in _notes(a, b)] + ([""] if _notes(a, b) else [])
         lines += formats.markdown_table(CSV_FIELDS, c.rows) if c.rows else ["(no run is in both reports)"]
-        extra = c.layer_differences + [f"{x}: only in A" for x in c.only_in_a] + [f"{x}: only in B" for x in c.only_in_b]
+        extra = (c.layer_differences + [f"{x}: only in A" for x in c.only_in_a]
+                 + [f"{x}: only in B" for x in c.only_in_b])
         lines += ([""] + [f"- {x}" for x in extra]) if extra else []
         out.write("\n".join(lines) + "\n")
     else:

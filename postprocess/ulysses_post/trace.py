@@ -103,8 +103,9 @@ def rank_views(run: Run, where: str) -> list[RankView]:
             if not np.array_equal(_column(t, col)[rows], parsed.ops[fld]):
                 raise ReportError(f"{where}: traced_layer: {col} of rank {r} disagrees with trace_rank{r}")
         views.append(RankView(rank=r, rows=rows, ops=parsed.ops, prior_writes=parsed.prior_writes))
-    if len(rows_total := np.concatenate([v.rows for v in views])) != len(rank_col):
-        raise ReportError(f"{where}: traced_layer: {len(rank_col) - len(rows_total)} ops of ranks without a trace")
+    covered = sum(len(v.rows) for v in views)
+    if covered != len(rank_col):
+        raise ReportError(f"{where}: traced_layer: {len(rank_col) - covered} ops of ranks without a trace_rank<R>")
     return views
 
 
@@ -272,7 +273,7 @@ def _rate_args(op: np.void, dur_ms: float) -> dict[str, Any]:
     return args
 
 
-def _stage_spans(t: TracedLayer, rank: int, ends: np.ndarray) -> tuple[list[tuple[str, float, float]], list[str]]:
+def _stage_spans(t: TracedLayer, rank: int, ends: np.ndarray) -> tuple[list[tuple[str, str, float, float]], list[str]]:
     """The rank's stages as spans: each stage is a sum of (end of op a - end of op b)
     pairs (stage_terms); each pair becomes one span. Stages not of that form are left out
     and named in the second list."""
@@ -290,7 +291,7 @@ def _stage_spans(t: TracedLayer, rank: int, ends: np.ndarray) -> tuple[list[tupl
             continue
         for j, (a, b) in enumerate(zip(minus, plus)):
             label = stage if len(plus) == 1 else f"{stage} ({j + 1} of {len(plus)})"
-            spans.append((label, a, b))
+            spans.append((stage, label, a, b))
     return spans, skipped
 
 
@@ -380,107 +381,125 @@ def _releases(t: TracedLayer, views: list[RankView], view: str) -> dict[tuple[in
     return out
 
 
-def export_run(w: _Writer, report: Report, case: Case, run: Run) -> None:
-    where = f"{report.path}: case '{case.name}' run '{run.name}'"
-    t = run.traced
-    if t is None:
-        raise ReportError(f"{where}: no traced layer (docs/report.md, traced_layer), nothing to export")
-    if "op_rank" not in t.ops or len(t.ops["op_rank"]) == 0:
-        raise ReportError(f"{where}: the traced layer holds no ops")
-    views = rank_views(run, where)
-    names = _Namer(run, case, t)
-    for v in views:
-        v.names = names.names(v)
-    available = _views(t)
-    if not available:
-        raise ReportError(f"{where}: the traced layer has neither measured nor modelled op times "
-                          f"({t.model_note or 'not modelled'})")
-    info: dict[str, Any] = {"case": case.name, "run": run.name, "schedule": run.schedule,
-                            "transport_used": run.transport_used, "views": available,
-                            "machine": t.machine or None, "model_note": t.model_note or None}
-    for view in available:
-        start_col, end_col = _column(t, f"op_{view}_start_ms"), _column(t, f"op_{view}_end_ms")
-        release = _releases(t, views, view)
-        # bind ids: unique per op and view; a source's is shared by every wait it releases.
-        bind = {}
-        for v in views:  # Perfetto takes a bind_id that reads as a number (hex here)
-            for i in range(len(v.ops)):
-                bind[(v.rank, i)] = f"0x{w.next_flow_id():x}"
-        sources_used: set[tuple[int, int]] = set()
-        for (r, i), src in release.items():
-            if isinstance(src, tuple):
-                sources_used.add(src)
-        for v in views:
+class _RunExport:
+    """One run's traced layer into the writer: per time source, each rank's process."""
+
+    def __init__(self, w: _Writer, report: Report, case: Case, run: Run) -> None:
+        where = f"{report.path}: case '{case.name}' run '{run.name}'"
+        t = run.traced
+        if t is None:
+            raise ReportError(f"{where}: no traced layer (docs/report.md, traced_layer), nothing to export")
+        if "op_rank" not in t.ops or len(t.ops["op_rank"]) == 0:
+            raise ReportError(f"{where}: the traced layer holds no ops")
+        self.w, self.report, self.case, self.run, self.t = w, report, case, run, t
+        self.views = rank_views(run, where)
+        namer = _Namer(run, case, t)
+        for v in self.views:
+            v.names = namer.names(v)
+        self.available = _views(t)
+        if not self.available:
+            raise ReportError(f"{where}: the traced layer has neither measured nor modelled op times "
+                              f"({t.model_note or 'not modelled'})")
+        self.info: dict[str, Any] = {"case": case.name, "run": run.name, "schedule": run.schedule,
+                                     "transport_used": run.transport_used, "views": self.available,
+                                     "machine": t.machine or None, "model_note": t.model_note or None}
+
+    def write(self) -> None:
+        for view in self.available:
+            self.view = view
+            self.start = _column(self.t, f"op_{view}_start_ms")
+            self.end = _column(self.t, f"op_{view}_end_ms")
+            self.release = _releases(self.t, self.views, view)
+            self.flows = self._flows()
+            # One bind id per source op, shared by every wait it releases (Perfetto takes
+            # one that reads as a number).
+            self.bind = {src: f"0x{self.w.next_flow_id():x}" for src in dict.fromkeys(self.flows.values())}
+            self.untimed: dict[str, int] = {}
+            for v in self.views:
+                self._rank(v)
+            if self.untimed:
+                self.info.setdefault("ops_without_times", {})[view] = self.untimed
+        self.w.other.setdefault("runs", []).append(self.info)
+
+    def _timed(self, v: RankView, i: int) -> bool:
+        row = v.rows[i]
+        return bool(math.isfinite(float(self.start[row])) and math.isfinite(float(self.end[row])))
+
+    def _flows(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """wait (rank, op) -> the op that releases it, for waits that get an arrow: an
+        epoch wait released by a write in the layer, an event wait (or host sync) whose
+        event record has times; both ends timed."""
+        out = {}
+        for v in self.views:
             for i, op in enumerate(v.ops):
-                w_ = int(op["waits_for"])
-                if t.kind_names[int(op["kind"])] in ("stream_wait_event", "host_sync") and w_ >= 0:
-                    sources_used.add((v.rank, w_))
-        untimed: dict[str, int] = {}
-        for v in views:
-            pid = w.process(f"{case.name}/{run.name}: rank {v.rank} ({_view_label(report, t, view)})")
-            kinds = [t.kind_names[int(o["kind"])] for o in v.ops]
-            for s, name in _stream_names(t, v, kinds).items():
-                w.thread(pid, s + 1, name)
-            has_host = any(k == "host_sync" and np.isfinite(end_col[v.rows[i]]) for i, k in enumerate(kinds))
-            if has_host:
-                w.thread(pid, _TID_HOST, "host")
-            for i, op in enumerate(v.ops):
-                row = v.rows[i]
-                t0, t1 = float(start_col[row]), float(end_col[row])
-                if not (math.isfinite(t0) and math.isfinite(t1)):
-                    untimed[kinds[i]] = untimed.get(kinds[i], 0) + 1
+                if not self._timed(v, i):
                     continue
-                args = _rate_args(op, t1 - t0)
-                args.update({"op": i, "rank": v.rank, "kind": kinds[i], "start_ms": t0, "end_ms": t1,
-                             "times": view})
-                if kinds[i] in ("kernel", "copy"):
-                    args["dims"] = [int(d) for d in op["dims"]]
-                flow: dict[str, Any] = {}
-                released: tuple[str, str] | None = None  # (marker name, bind id of its source)
-                if (v.rank, i) in sources_used:
-                    flow = {"bind_id": bind[(v.rank, i)], "flow_out": True}
-                if kinds[i] == "wait_value":
-                    args["epoch"] = int(op["value"])
-                    src = release[(v.rank, i)]
-                    if src == "before":
-                        args["released_by"] = "a write from before the traced layer"
-                    elif src is None:
-                        args["released_by"] = "no write of its word (not released in this trace)"
-                    else:
-                        args["released_by"] = f"rank {src[0]} op {src[1]} ({views[src[0]].names[src[1]]})"
-                        released = (f"epoch {int(op['value'])} released", bind[src])
-                elif kinds[i] in ("stream_wait_event", "host_sync") and int(op["waits_for"]) >= 0:
-                    src = (v.rank, int(op["waits_for"]))
-                    args["waits_for_op"] = src[1]
-                    if math.isfinite(float(end_col[v.rows[src[1]]])):
-                        released = ("event ready", bind[src])
-                elif kinds[i] == "write_value":
-                    args["epoch"] = int(op["value"])
-                tid = _TID_HOST if int(op["stream"]) < 0 else int(op["stream"]) + 1
-                w.slice(pid, _Slice(v.names[i], tid, t0, t1, args), cat=f"op,{view}", flow=flow)
-                if released:
-                    w.defer(pid, _Slice(released[0], tid, t1, t1, {"wait_op": i, "rank": v.rank, "times": view}),
-                            cat=f"release,{view}", flow={"bind_id": released[1], "flow_in": True})
-            spans, skipped = _stage_spans(t, v.rank, end_col[v.rows])
-            if spans:
-                w.thread(pid, _TID_STAGES, "stages")
-                w.thread(pid, _TID_LAYER, "layer")
-            stage_total: dict[str, float] = {}
-            for label, a, b in spans:
-                stage_total[label.split(" (")[0]] = stage_total.get(label.split(" (")[0], 0.0) + (b - a)
-            for label, a, b in spans:
-                stage = label.split(" (")[0]
-                args = {"stage": stage, "stage_ms": stage_total[stage], "times": view}
-                tid = _TID_LAYER if stage == "layer" else _TID_STAGES
-                w.slice(pid, _Slice(label, tid, a, b, args), cat=f"stage,{view}")
-            if skipped:
-                info.setdefault("stages_not_drawn", {})[f"rank {v.rank} {view}"] = skipped
-        if untimed:
-            info.setdefault("ops_without_times", {})[view] = untimed
-    w.other.setdefault("runs", []).append(info)
+                kind = self.t.kind_names[int(op["kind"])]
+                if kind == "wait_value" and isinstance(self.release[(v.rank, i)], tuple):
+                    out[(v.rank, i)] = self.release[(v.rank, i)]
+                elif kind in ("stream_wait_event", "host_sync") and int(op["waits_for"]) >= 0:
+                    if self._timed(v, int(op["waits_for"])):
+                        out[(v.rank, i)] = (v.rank, int(op["waits_for"]))
+        return out
+
+    def _rank(self, v: RankView) -> None:
+        label = _view_label(self.report, self.t, self.view)
+        pid = self.w.process(f"{self.case.name}/{self.run.name}: rank {v.rank} ({label})")
+        kinds = [self.t.kind_names[int(o["kind"])] for o in v.ops]
+        for s, name in _stream_names(self.t, v, kinds).items():
+            self.w.thread(pid, s + 1, name)
+        if any(k == "host_sync" and self._timed(v, i) for i, k in enumerate(kinds)):
+            self.w.thread(pid, _TID_HOST, "host")
+        for i in range(len(v.ops)):
+            if self._timed(v, i):
+                self._op(pid, v, i, kinds[i])
+            else:
+                self.untimed[kinds[i]] = self.untimed.get(kinds[i], 0) + 1
+        self._stages(pid, v)
+
+    def _op(self, pid: int, v: RankView, i: int, kind: str) -> None:
+        op, row = v.ops[i], v.rows[i]
+        t0, t1 = float(self.start[row]), float(self.end[row])
+        args = _rate_args(op, t1 - t0)
+        args.update({"op": i, "rank": v.rank, "kind": kind, "start_ms": t0, "end_ms": t1, "times": self.view})
+        if kind in ("kernel", "copy"):
+            args["dims"] = [int(d) for d in op["dims"]]
+        if kind in ("write_value", "wait_value"):
+            args["epoch"] = int(op["value"])
+        if kind == "wait_value":
+            src = self.release[(v.rank, i)]
+            args["released_by"] = ("a write from before the traced layer" if src == "before" else
+                                   "no write of its word (not released in this trace)" if src is None else
+                                   f"rank {src[0]} op {src[1]} ({self.views[src[0]].names[src[1]]})")
+        elif kind in ("stream_wait_event", "host_sync"):
+            args["waits_for_op"] = int(op["waits_for"])
+        tid = _TID_HOST if int(op["stream"]) < 0 else int(op["stream"]) + 1
+        out_flow = {"bind_id": self.bind[(v.rank, i)], "flow_out": True} if (v.rank, i) in self.bind else None
+        self.w.slice(pid, _Slice(v.names[i], tid, t0, t1, args), cat=f"op,{self.view}", flow=out_flow)
+        src = self.flows.get((v.rank, i))
+        if src is not None:
+            marker = f"epoch {int(op['value'])} released" if kind == "wait_value" else "event ready"
+            self.w.defer(pid, _Slice(marker, tid, t1, t1, {"wait_op": i, "rank": v.rank, "times": self.view}),
+                         cat=f"release,{self.view}", flow={"bind_id": self.bind[src], "flow_in": True})
+
+    def _stages(self, pid: int, v: RankView) -> None:
+        spans, skipped = _stage_spans(self.t, v.rank, self.end[v.rows])
+        if spans:
+            self.w.thread(pid, _TID_STAGES, "stages")
+            self.w.thread(pid, _TID_LAYER, "layer")
+        total: dict[str, float] = {}
+        for stage, _, a, b in spans:
+            total[stage] = total.get(stage, 0.0) + (b - a)
+        for stage, label, a, b in spans:
+            args = {"stage": stage, "stage_ms": total[stage], "times": self.view}
+            tid = _TID_LAYER if stage == "layer" else _TID_STAGES
+            self.w.slice(pid, _Slice(label, tid, a, b, args), cat=f"stage,{self.view}")
+        if skipped:
+            self.info.setdefault("stages_not_drawn", {})[f"rank {v.rank} {self.view}"] = skipped
 
 
-def select_runs(report: Report, case_names: list[str] | None, run_names: list[str] | None) -> Iterator[tuple[Case, Run]]:
+def select_runs(report: Report, case_names: list[str] | None,
+                run_names: list[str] | None) -> Iterator[tuple[Case, Run]]:
     cases = report.select(case_names)
     found = set()
     for case in cases:
@@ -491,7 +510,8 @@ def select_runs(report: Report, case_names: list[str] | None, run_names: list[st
     missing = [n for n in (run_names or []) if n not in found]
     if missing:
         known = sorted({r.name for c in cases for r in c.runs})
-        raise ReportError(f"{report.path}: no run {', '.join(missing)} in the chosen case(s) (runs: {', '.join(known)})")
+        raise ReportError(f"{report.path}: no run {', '.join(missing)} in the chosen case(s) "
+                          f"(runs: {', '.join(known)})")
 
 
 def export(report: Report, case_names: list[str] | None = None, run_names: list[str] | None = None) -> dict[str, Any]:
@@ -501,7 +521,7 @@ def export(report: Report, case_names: list[str] | None = None, run_names: list[
     if not chosen:
         raise ReportError(f"{report.path}: no run to export (the report holds no runs)")
     for case, run in chosen:
-        export_run(w, report, case, run)
+        _RunExport(w, report, case, run).write()
     w.finish()
     notes = []
     if report.simulated:
@@ -513,7 +533,8 @@ def export(report: Report, case_names: list[str] | None = None, run_names: list[
                  "(ops_without_times counts them); modelled processes draw them on the 'host' thread")
     if w.origin_ns:
         notes.append(f"time 0 of this file is {-w.origin_ns} ns before the layer's start (an op began before it)")
-    w.other.update({"time_origin_ns": w.origin_ns, "report": report.path, "software": f"ulysses-ipc {report.software_version}",
+    w.other.update({"time_origin_ns": w.origin_ns, "report": report.path,
+                    "software": f"ulysses-ipc {report.software_version}",
                     "mode": report.mode, "date": report.date, "world_size": report.world_size, "notes": notes})
     return {"traceEvents": w.events, "displayTimeUnit": "ns", "otherData": w.other}
 
