@@ -102,6 +102,8 @@ def check_against_report(perfetto, report: Path, tmp_path: Path, only: tuple[str
     # Nothing dropped or mangled on the way in (e.g. a negative timestamp is an error stat).
     assert perfetto.query("select name, value from stats where severity in ('error', 'data_loss') and value > 0") == []
     runs = expected_runs(report, only)
+    threads = perfetto.query("select p.name as process, t.name as thread from thread t join process p using (upid) "
+                             "where t.name is not null")
     # Time 0 of the file: the layer's start, or the earliest op when one starts before it.
     origin = min(0, min(int(np.floor(np.nanmin(r["col"][f"op_{v}_start_ms"]) * 1e6)) for r in runs for v in r["views"]))
     processes = {r["process"] for r in slices}
@@ -121,9 +123,18 @@ def check_against_report(perfetto, report: Path, tmp_path: Path, only: tuple[str
                 got = sorted((("host" if r["thread"] == "host" else r["thread"].split(":")[0]), r["ts"], r["dur"])
                              for r in slices if r["process"] == process and r["cat"].startswith("op,"))
                 assert got == want, f"{process}: Perfetto's op slices differ from the report's op table"
-                # Every stream of the rank is a thread of the process (plus host, stages, layer).
-                threads = {r["thread"] for r in slices if r["process"] == process}
-                assert len([x for x in threads if x.startswith("stream ")]) <= run["streams"][rank]
+                # One thread per stream the rank used, plus host (where host ops are timed),
+                # stages and layer; the compute stream named so.
+                mine_all = col["op_rank"] == rank
+                want_threads = {f"stream {s}" for s in set(int(x) for x in col["op_stream"][mine_all]) if s >= 0}
+                want_threads |= {"stages", "layer"} | ({"host"} if (mine & (col["op_stream"] < 0)).any() else set())
+                got_threads = {t["thread"].split(":")[0] for t in threads if t["process"] == process}
+                assert got_threads == want_threads, process
+                assert max(int(x) for x in col["op_stream"][mine_all]) < run["streams"][rank]
+                kernel_streams = {int(x) for x, k in zip(col["op_stream"][mine_all],
+                                                          np.array(run["kinds"])[mine_all]) if k == "kernel"}
+                assert all(t["thread"].endswith(": compute") for t in threads if t["process"] == process
+                           and t["thread"].split(":")[0] in {f"stream {s}" for s in kernel_streams})
                 if view == "modeled":
                     stage = [r for r in slices if r["process"] == process and r["cat"].startswith("stage,")]
                     for s, name in enumerate(STAGES):
