@@ -158,11 +158,14 @@ class _Namer:
                 else:
                     out.append(f"copy{of} from rank {src}")
             elif k == "collective":
-                name = _COLLECTIVE_NAMES.get(self._collective(op), self._collective(op))
-                if phase == "scatter" and len(scatter_collectives) == len(submit) and i in scatter_collectives:
+                c = self._collective(op)
+                name = _COLLECTIVE_NAMES.get(c, c)
+                if c != "all_to_all":
+                    pass  # e.g. tensor parallelism's all-reduce: named as it is
+                elif phase == "scatter" and len(scatter_collectives) == len(submit):
                     name += f" of {submit[scatter_collectives.index(i)]}"
-                elif phase == "scatter" and len(scatter_collectives) == 1:
-                    name += " of " + ", ".join(submit) if submit else " (scatter)"
+                elif phase == "scatter" and len(scatter_collectives) == 1 and submit:
+                    name += " of Q, K, V"  # the three tensors in one call
                 else:
                     name += f" ({phase})"
                 out.append(name)
