@@ -16,9 +16,11 @@ Layout of the file:
   not on the wait itself: a wait starts before its release, and the trace processor
   drops a flow whose end it meets before its start.
 
-Host syncs are not timed by the device's events, so a measured process has no host
-thread: its host syncs are counted in the file's `otherData` instead of being drawn at
-invented times. Times are written in whole nanoseconds (start and end each rounded), so
+Measured times count from each rank's own layer start (no common clock across ranks), so
+a cross-rank arrow that would end before it starts is left out and counted in the
+file's `otherData` (the trace processor would drop it). Host syncs are not timed by the
+device's events, so a measured process has no host thread: its host syncs are counted in
+`otherData` instead of being drawn at invented times. Times are written in whole nanoseconds (start and end each rounded), so
 that ops back to back on a stream stay properly nested for the trace processor, from the
 layer's start, or from the earliest op when one starts before it (Perfetto drops
 negative timestamps; `otherData.time_origin_ns` says where time 0 is).
@@ -431,18 +433,31 @@ class _RunExport:
     def _flows(self) -> dict[tuple[int, int], tuple[int, int]]:
         """wait (rank, op) -> the op that releases it, for waits that get an arrow: an
         epoch wait released by a write in the layer, an event wait (or host sync) whose
-        event record has times; both ends timed."""
-        out = {}
+        event record has times; both ends timed. Measured times of different ranks have
+        no common clock (each counts from its own rank's layer start), so a release on
+        another rank can appear to start after the wait ended: the trace processor drops
+        such an arrow, so it is left out here and counted in `flows_not_drawn`."""
+        out, backwards = {}, 0
         for v in self.views:
             for i, op in enumerate(v.ops):
                 if not self._timed(v, i):
                     continue
                 kind = self.t.kind_names[int(op["kind"])]
+                src = None
                 if kind == "wait_value" and isinstance(self.release[(v.rank, i)], tuple):
-                    out[(v.rank, i)] = self.release[(v.rank, i)]
+                    src = self.release[(v.rank, i)]
                 elif kind in ("stream_wait_event", "host_sync") and int(op["waits_for"]) >= 0:
                     if self._timed(v, int(op["waits_for"])):
-                        out[(v.rank, i)] = (v.rank, int(op["waits_for"]))
+                        src = (v.rank, int(op["waits_for"]))
+                if src is None:
+                    continue
+                src_start = float(self.start[self.views[src[0]].rows[src[1]]])
+                if _ns(float(self.end[v.rows[i]])) < _ns(src_start):
+                    backwards += 1
+                    continue
+                out[(v.rank, i)] = src
+        if backwards:
+            self.info.setdefault("flows_not_drawn", {})[self.view] = backwards
         return out
 
     def _rank(self, v: RankView) -> None:
