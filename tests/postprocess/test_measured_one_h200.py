@@ -23,7 +23,7 @@ ABLATIONS = "own-slice-copy no-pitched-copies no-grouped-handshake normal-priori
 def rows_of(name: str) -> dict[tuple[str, str], list[str]]:
     """summarize's measured rows, keyed by (transport, schedule[+ablation])."""
     out = io.StringIO()
-    summarize(load_report(str(MEASURED / name)), None, False, out)
+    summarize(load_report(str(MEASURED / name)), None, "table", out)
     rows = {}
     for line in out.getvalue().split("MODELED")[0].splitlines():
         f = line.split()

@@ -53,7 +53,7 @@ QUOTED = [("multi-flux-dev-1024-np2.h5", "1.70x", "38%", "1.80x", "40%"),
 def test_summarize_gives_the_figures_the_docs_quote(name: str, ipc_x: str, ipc_bound: str, vmm_x: str,
                                                     vmm_bound: str) -> None:
     out = io.StringIO()
-    summarize(load_report(str(MEASURED / name)), None, False, out, link_gbs=link_gbs())
+    summarize(load_report(str(MEASURED / name)), None, "table", out, link_gbs=link_gbs())
     rows = {tuple(line.split()[:4]): line.split() for line in out.getvalue().splitlines()}
     ipc, vmm = rows[("ipc", "->", "ipc", "baseline")], rows[("vmm", "->", "vmm", "baseline")]
     # Columns after the schedule: projection, 7 stages, p10, p90, speedup, scatter x, link bound.

@@ -69,10 +69,10 @@ def test_scatter_against_nccl_of_the_same_schedule_and_the_link_bound(
     assert main(["summarize", str(synthetic), "--csv"]) == 0
     assert {r["link_bound_fraction"] for r in csv.DictReader(io.StringIO(capsys.readouterr().out))} == {""}
     out = io.StringIO()
-    summarize(load_report(str(synthetic)), ["a"], False, out)
+    summarize(load_report(str(synthetic)), ["a"], "table", out)
     assert "scatter x" in out.getvalue() and "link bound" not in out.getvalue()
     out = io.StringIO()
-    summarize(load_report(str(synthetic)), ["a"], False, out, link_gbs=50.0)
+    summarize(load_report(str(synthetic)), ["a"], "table", out, link_gbs=50.0)
     with h5py.File(synthetic, "r") as f:
         pct = 100 * 3 * 1024 * 1024 / 50e9 * 1e3 / _scatter_median(f, "a", "ipc.v-first")
     assert "link bound" in out.getvalue() and f"{pct:.0f}%" in out.getvalue()
@@ -88,7 +88,7 @@ def test_link_rate_must_be_a_positive_number(synthetic: Path, bad: str,
 
 def test_summarize_text(synthetic: Path) -> None:
     out = io.StringIO()
-    summarize(load_report(str(synthetic)), None, False, out)
+    summarize(load_report(str(synthetic)), None, "table", out)
     text = out.getvalue()
     assert "mode           sim, world size 2" in text and "NOT GPU figures" in text
     assert "ipc -> nccl*" in text and "ipc.baseline: the scatter ran on nccl, not ipc" in text
@@ -101,7 +101,7 @@ def test_summarize_text(synthetic: Path) -> None:
 def test_summarize_gpu_report_has_no_simulation_note(tmp_path: Path) -> None:
     path = write_report(tmp_path / "gpu.h5", mode="gpu")
     out = io.StringIO()
-    summarize(load_report(str(path)), ["a"], False, out)
+    summarize(load_report(str(path)), ["a"], "table", out)
     assert "simulation" not in out.getvalue() and "case b" not in out.getvalue()
 
 
