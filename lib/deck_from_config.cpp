@@ -6,6 +6,7 @@
 #include "lib/deck_from_config.hpp"
 
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -261,7 +262,9 @@ ModelLayer model_layer_from_config(const std::string& config_json, const std::st
   } else {
     text = cls->text_field ? f.positive_or(cls->text_field, cls->default_text) : cls->default_text;
     if (shape.text_tokens) text = *shape.text_tokens;
-    if (text < 0) throw InputError("--text-tokens: " + std::to_string(text) + " is negative");
+    if (text < 0 || text > kMaxPixels)
+      throw InputError("--text-tokens: " + std::to_string(text) + " is out of range (0.." + std::to_string(kMaxPixels) +
+                       ")");
   }
 
   const int64_t media = latent_frames * rows * cols;
@@ -285,6 +288,9 @@ ModelLayer model_layer_from_config(const std::string& config_json, const std::st
 }
 
 ModelLayer model_layer_from_config_file(const std::string& path, const ConfigShape& shape) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(path + ": is a directory (give the config.json inside it, e.g. " + path + "/transformer/config.json)");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot read the config");
   std::ostringstream text;

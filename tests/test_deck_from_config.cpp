@@ -206,9 +206,20 @@ TEST(DeckFromConfig, EachBadInputNamesWhatIsWrong) {
   expect_error(R"({"_class_name": "WanTransformer3DModel", "num_attention_heads": 12, "attention_head_dim": 128,
       "patch_size": [1, 2, 2], "qk_norm": "l2"})",
                shape(832, 480), "'qk_norm' is \"l2\", a Q/K norm this program does not model");
+  ConfigShape t = shape(1024, 1024);
+  t.text_tokens = -1;
+  expect_error(flux, t, "--text-tokens: -1 is out of range (0..1048576)");
+  t.text_tokens = int64_t{1} << 62;  // would overflow the token sum
+  expect_error(flux, t, "is out of range");
   expect_error("{\"_class_name\": ", shape(1024, 1024), "test.json: not valid JSON");
   expect_error("[1, 2]", shape(1024, 1024), "not a JSON object");
   EXPECT_THROW(uipc::model_layer_from_config_file("/nonexistent/config.json", shape(1024, 1024)), InputError);
+  try {
+    uipc::model_layer_from_config_file(kConfigs, shape(1024, 1024));
+    ADD_FAILURE() << "a directory was read as a config";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
   ConfigShape r;
   EXPECT_THROW(uipc::parse_resolution("1024", r), InputError);
   EXPECT_THROW(uipc::parse_resolution("1024x0", r), InputError);
