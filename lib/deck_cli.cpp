@@ -1,5 +1,5 @@
-// `ulysses-ipc deck new|show|presets|help` (on CLI11, lib/cli.hpp), and the preset
-// table from which inputs/make_decks.sh regenerates every shipped deck.
+// `ulysses-ipc deck new|from-config|show|presets|help` (on CLI11, lib/cli.hpp), and the
+// preset table from which inputs/make_decks.sh regenerates every shipped deck.
 #include "lib/deck_cli.hpp"
 #include "lib/deck_wire.hpp"
 
@@ -13,6 +13,8 @@
 
 #include "base/error.hpp"
 #include "lib/cli.hpp"
+#include "lib/deck_from_config.hpp"
+#include "lib/model_layer.hpp"
 
 namespace uipc {
 
@@ -28,21 +30,13 @@ struct Preset {
   std::function<std::vector<Case>()> cases;
 };
 
+}  // namespace
+
 // --- real DiT attention layers, from the models' published configs
 // One entry per model; each becomes a GPU-sized preset per resolution ("<model>-<res>")
 // with one case per layout the heads allow, and one simulation-sized twin ("<model>-sim")
 // with the same structure (head_dim, norm, projection, layouts) on few heads and tokens.
-struct ModelLayer {
-  const char* name;
-  const char* source;       // where the shapes come from
-  int heads, head_dim;
-  NormKind qk_norm;
-  RopeKind rope;            // 1-D RoPE stands in for the model's own (same cost); none where it has none
-  bool fused_qkv;           // the model's own projection
-  std::vector<std::pair<const char*, int64_t>> resolutions;  // label, tokens
-  const char* tokens_note;  // how the token counts arise
-};
-
+// The struct is lib/model_layer.hpp's, shared with `deck from-config`.
 const std::vector<ModelLayer>& model_layers() {
   static const std::vector<ModelLayer> table = {
       {"flux-dev", "black-forest-labs/FLUX.1-dev transformer config: 24 heads x 128 (3072), RMSNorm on Q/K per head, fused QKV, RoPE",
@@ -68,18 +62,17 @@ const std::vector<ModelLayer>& model_layers() {
   return table;
 }
 
-struct LayoutChoice {
-  const char* tag;
-  int ulysses, tp;
-};
-const LayoutChoice kLayouts[] = {{"u2", 2, 1}, {"u4", 4, 1}, {"u8", 8, 1}, {"tp2u2", 2, 2}};
+const std::vector<LayoutChoice>& preset_layouts() {
+  static const std::vector<LayoutChoice> layouts = {{"u2", 2, 1}, {"u4", 4, 1}, {"u8", 8, 1}, {"tp2u2", 2, 2}};
+  return layouts;
+}
 
 // The cases of one model at one token count: a case per layout that fits, and a note
 // naming the layouts left out and why.
 std::vector<Case> model_cases(const ModelLayer& m, const std::string& label, int64_t tokens, int heads,
-                              bool gpu_sized, std::string* left_out) {
+                              bool gpu_sized, std::string* left_out, const std::vector<LayoutChoice>& layouts) {
   std::vector<Case> out;
-  for (const LayoutChoice& lc : kLayouts) {
+  for (const LayoutChoice& lc : layouts) {
     std::string why;
     // Shards and head slices may be uneven (balanced); TP needs whole heads per rank.
     if (heads % lc.tp != 0)
@@ -118,6 +111,8 @@ std::vector<Case> model_cases(const ModelLayer& m, const std::string& label, int
   }
   return out;
 }
+
+namespace {
 
 std::vector<Preset> model_presets() {
   std::vector<Preset> v;
@@ -259,7 +254,7 @@ std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
 }
 
 // ------------------------------------------------------------------ the command line
-// `deck new|show|presets|help` on CLI11: each option declared once below, with its
+// `deck new|from-config|show|presets|help` on CLI11: each option declared once below, with its
 // help and its check; a field option's check parses the value as the field would.
 
 // A value the field cannot take; the message says why, CLI11 prefixes the option.
@@ -398,7 +393,55 @@ struct Request {
   std::string preset, name, output, show_path;
   bool names_only = false;
   std::vector<std::string> field_values = std::vector<std::string>(field_options().size());
+  std::string config_path, resolution;  // deck from-config
+  int64_t frames = 0, text_tokens = 0;
 };
+
+// The shape fields `deck from-config` takes from the config, not from options.
+bool is_shape_option(const FieldOption& f) {
+  for (const char* flag : {"--seq-len", "--heads", "--head-dim", "--qk-norm", "--rope", "--fused-qkv"})
+    if (std::string(flag) == f.flag) return true;
+  return false;
+}
+
+// The field options of field_options() on subcommand `sub` (all, or all but the shape).
+void add_field_options(CLI::App* sub, Request& rq, bool with_shape) {
+  for (size_t i = 0; i < field_options().size(); ++i) {
+    const FieldOption& f = field_options()[i];
+    if (!with_shape && is_shape_option(f)) continue;
+    sub->add_option(f.flag, rq.field_values[i], f.help)
+        ->type_name(f.arg)
+        ->check(CLI::Validator(
+            [&f](std::string& v) -> std::string {
+              Case scratch;
+              try {
+                f.apply(scratch, v);
+              } catch (const BadValue& e) {
+                return e.what();
+              }
+              return "";
+            },
+            ""));
+  }
+}
+
+// `deck from-config`: the layer a diffusers config.json describes (lib/deck_from_config.*)
+// through the presets' case path (model_cases); the field options as in `deck new`, less
+// the shape the config gives.
+void declare_from_config(CLI::App& app, Request& rq) {
+  CLI::App* fc = app.add_subcommand("from-config", "Write a deck from a diffusers transformer config.json.");
+  fc->footer(
+      "Reads " + join(config_classes()) + ".\n"
+      "Without --ulysses/--tp: a case per layout the heads allow (u2, u4, u8, tp2u2), as the presets;\n"
+      "with either: one case of that layout. docs/deck.md, \"Decks from a diffusers config\", says what is read.");
+  fc->add_option("CONFIG", rq.config_path, "the model's config.json (e.g. transformer/config.json)")->required();
+  fc->add_option("--resolution", rq.resolution, "WIDTHxHEIGHT in pixels")->type_name("WxH")->required();
+  fc->add_option("--frames", rq.frames, "video frames (video classes; default: the pipeline's)")->type_name("N");
+  fc->add_option("--text-tokens", rq.text_tokens, "text tokens attended jointly (default: the class's)")
+      ->type_name("N");
+  add_field_options(fc, rq, false);
+  fc->add_option("-o,--output", rq.output, "the deck to write")->type_name("FILE")->required();
+}
 
 // The deck tool's command line: every subcommand and option, in one place.
 void declare(CLI::App& app, Request& rq) {
@@ -418,23 +461,10 @@ void declare(CLI::App& app, Request& rq) {
           },
           ""));
   nw->add_option("--name", rq.name, "case name (letters, digits, _ - . +)")->type_name("N");
-  for (size_t i = 0; i < field_options().size(); ++i) {
-    const FieldOption& f = field_options()[i];
-    nw->add_option(f.flag, rq.field_values[i], f.help)
-        ->type_name(f.arg)
-        ->check(CLI::Validator(
-            [&f](std::string& v) -> std::string {
-              Case scratch;
-              try {
-                f.apply(scratch, v);
-              } catch (const BadValue& e) {
-                return e.what();
-              }
-              return "";
-            },
-            ""));
-  }
+  add_field_options(nw, rq, true);
   nw->add_option("-o,--output", rq.output, "the deck to write")->type_name("FILE")->required();
+
+  declare_from_config(app, rq);
 
   CLI::App* show = app.add_subcommand("show", "Print a deck readably (every field of every case).");
   show->add_option("FILE", rq.show_path, "the deck")->required();
@@ -476,6 +506,41 @@ int cmd_new(const CLI::App& app, const Request& rq, std::ostream& out) {
       if (nw->count(field_options()[i].flag) > 0) field_options()[i].apply(c, rq.field_values[i]);
   write_deck(deck, rq.output);  // validates every case first: bad values name the field
   out << "wrote " << rq.output << " (" << deck.cases.size() << (deck.cases.size() == 1 ? " case)" : " cases)") << "\n";
+  return 0;
+}
+
+int cmd_from_config(const CLI::App& app, const Request& rq, std::ostream& out) {
+  const CLI::App* fc = app.get_subcommand("from-config");
+  ConfigShape shape;
+  parse_resolution(rq.resolution, shape);
+  if (fc->count("--frames")) shape.frames = rq.frames;
+  if (fc->count("--text-tokens")) shape.text_tokens = rq.text_tokens;
+  const ModelLayer m = model_layer_from_config_file(rq.config_path, shape);
+  const auto& [label, tokens] = m.resolutions.front();
+  std::vector<LayoutChoice> layouts = preset_layouts();
+  auto value_of = [&](const char* flag) {
+    for (size_t i = 0; i < field_options().size(); ++i)
+      if (std::string(flag) == field_options()[i].flag) return rq.field_values[i];
+    return std::string();
+  };
+  if (fc->count("--ulysses") || fc->count("--tp")) {
+    const int u = fc->count("--ulysses") ? parse_int(value_of("--ulysses")) : 0;
+    const int t = fc->count("--tp") ? parse_int(value_of("--tp")) : 1;
+    layouts = {{(t > 1 ? "tp" + std::to_string(t) : std::string()) + "u" + (u ? std::to_string(u) : "world"), u, t}};
+  }
+  std::string left;
+  Deck deck;
+  deck.cases = model_cases(m, label, tokens, m.heads, true, &left, layouts);
+  if (deck.cases.empty()) throw InputError("from-config: " + left);
+  deck.description = m.name + " attention layer at " + label + ", from " + m.source + ". " + m.tokens_note + "." +
+                     (left.empty() ? "" : " Layouts left out: " + left + ".");
+  for (Case& c : deck.cases)
+    for (size_t i = 0; i < field_options().size(); ++i)
+      if (!is_shape_option(field_options()[i]) && fc->count(field_options()[i].flag) > 0)
+        field_options()[i].apply(c, rq.field_values[i]);
+  write_deck(deck, rq.output);  // validates every case first: bad values name the field
+  out << "wrote " << rq.output << " (" << deck.cases.size() << (deck.cases.size() == 1 ? " case" : " cases")
+      << ", " << tokens << " tokens: " << m.tokens_note << ")\n";
   return 0;
 }
 
@@ -525,6 +590,7 @@ int deck_command(int argc, char** argv, std::ostream& out) {
     return 0;
   }
   if (app.got_subcommand("presets")) return cmd_presets(rq, out);
+  if (app.got_subcommand("from-config")) return cmd_from_config(app, rq, out);
   out << cli::help_all(app);  // help
   return 0;
 }

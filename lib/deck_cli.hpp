@@ -10,7 +10,7 @@
 
 namespace uipc {
 
-// argv starts after "deck" (argv[0] is the subcommand: new, show, presets, help).
+// argv starts after "deck" (argv[0] is the subcommand: new, from-config, show, presets, help).
 // Returns 0 on success (help and --help print and return 0 too); throws InputError on
 // bad usage or a bad deck (message names the option or field), RuntimeError when the
 // deck cannot be written.

@@ -670,7 +670,7 @@ TEST(DeckCli, Presets) {
 // Every command's help comes from CLI11, from the declarations that parse the options.
 TEST(DeckCli, HelpOfEverySubcommand) {
   const std::string top = run_deck_cli({"--help"});
-  for (const char* sub : {"new", "show", "presets", "help"}) EXPECT_NE(top.find(sub), std::string::npos) << top;
+  for (const char* sub : {"new", "from-config", "show", "presets", "help"}) EXPECT_NE(top.find(sub), std::string::npos) << top;
   EXPECT_NE(run_deck_cli({"new", "--help"}).find("Usage: ulysses-ipc deck new"), std::string::npos);
   EXPECT_NE(run_deck_cli({"new", "-h"}).find("--tol-rel-l2 X"), std::string::npos);
   EXPECT_NE(run_deck_cli({"show", "--help"}).find("FILE"), std::string::npos);

@@ -11,6 +11,11 @@ ulysses_add_test(test_tracing SOURCES test_tracing.cpp LIBS ulysses_comm LABELS 
 target_compile_definitions(test_tracing PRIVATE ULYSSES_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 ulysses_add_test(test_deck SOURCES test_deck.cpp LIBS ulysses_lib ${HDF5_C_LIBRARIES} LABELS unit)
 target_include_directories(test_deck PRIVATE ${HDF5_INCLUDE_DIRS})
+# `deck from-config` (lib/deck_from_config.*) against every shipped preset model, from
+# the real config.json files in tests/diffusers_configs, and its errors.
+ulysses_add_test(test_deck_from_config SOURCES test_deck_from_config.cpp LIBS ulysses_lib ${HDF5_C_LIBRARIES}
+                 LABELS unit)
+target_compile_definitions(test_deck_from_config PRIVATE ULYSSES_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 ulysses_add_test(test_report SOURCES test_report.cpp LIBS ulysses_lib ${HDF5_C_LIBRARIES} LABELS unit)
 target_include_directories(test_report PRIVATE ${HDF5_INCLUDE_DIRS})
 
@@ -34,6 +39,12 @@ set_tests_properties(e2e PROPERTIES LABELS "e2e;mpi" TIMEOUT 1200
                      ENVIRONMENT "${ULYSSES_TEST_ENV};ULYSSES_IPC=$<TARGET_FILE:ulysses-ipc>")
 add_test(NAME shipped_decks COMMAND ${PROJECT_SOURCE_DIR}/inputs/make_decks.sh --check)
 set_tests_properties(shipped_decks PROPERTIES LABELS "unit" ENVIRONMENT "ULYSSES_IPC=$<TARGET_FILE:ulysses-ipc>")
+# The same command as a user runs it: exit 2 and one message per bad input, the deck read
+# back with h5py (tests/deck_cli, pytest on the built program).
+add_test(NAME deck_from_config_cli
+         COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_SOURCE_DIR}/deck_cli)
+set_tests_properties(deck_from_config_cli PROPERTIES LABELS "unit" TIMEOUT 120
+                     ENVIRONMENT "ULYSSES_IPC=$<TARGET_FILE:ulysses-ipc>;PYTHONDONTWRITEBYTECODE=1")
 
 # The deck on the wire (lib/deck_wire.*): encoding, root-only read shared with every
 # rank, the per-rank memory estimate. Writes a deck with HDF5 to spoil one field.
