@@ -151,24 +151,19 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       return v;
     };
     const double bytes = 2.0 * 2.0 * M * width * es;  // Q and K, read + write
-    // The same bytes as a plain copy: Q's and K's views, each one cudaMemcpy2DAsync into a
-    // buffer of the same layout (two launches, as the kernel's two): the copy bound at
-    // this size, launch and ramp included.
-    auto scratch = dev.alloc(static_cast<size_t>(M * pitch * (sh.fused ? 1 : 2)) * es);
+    // The same bytes with no arithmetic: Q's and K's views read and written back in place
+    // by a streaming kernel of the same shape (a warp per row, 16-byte accesses, resident
+    // grid, two launches): the bound at this size and launch count.
     const double copy_ms = time_ms(dev, s, 3, 20, [&] {
-      for (int j = 0; j < 2; ++j) {
-        const QkView v = view_of(j);
-        const size_t off = static_cast<size_t>(static_cast<unsigned char*>(v.data) - buf.as<unsigned char>());
-        dev.copy_2d(s, scratch.as<unsigned char>() + off, pitch * es, v.data, pitch * es, width * es,
-                    static_cast<size_t>(M));
-      }
+      for (int j = 0; j < 2; ++j)
+        launch_stream_rows(cu(s), view_of(j).data, M, width * static_cast<long long>(es), pitch * static_cast<long long>(es));
     });
     char shape[96];
     std::snprintf(shape, sizeof(shape), "M%lld H%d D%d %s %s", static_cast<long long>(M), sh.H, sh.D,
                   dtype_name(sh.dt), sh.fused ? "fused" : "separate");
-    rows.push_back({"norm+rope", "copy of the same Q and K views (cudaMemcpy2DAsync x2)", shape, copy_ms,
+    rows.push_back({"norm+rope", "stream the same Q and K views in place (no math)", shape, copy_ms,
                     bytes / copy_ms * 1e-9, "TB/s", bytes / copy_ms * 1e-9 / bound_tbs,
-                    "the copy bound at this size: same bytes, same launch count"});
+                    "the streaming bound at this size: same bytes, same launches, no arithmetic"});
     double rope_only_ms = 0;
     for (int ki = 3; ki >= 0; --ki) {  // RoPE only first: the norms' cells quote it
       NormRopeParams p;
@@ -178,21 +173,27 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       p.beta = beta.as<float>();
       // The vector kernel as the layer runs it; also with 8 and 12 passes in flight
       // forced (not pipelined), its software-pipelined walk with batches of 4, 6 and 8
-      // (per-head norms and RoPE only: the across-heads norm has no pipelined walk), its
+      // (per-head norms and RoPE; the across-heads norm pipelines whole rows instead), its
       // shared-memory staged walk with batches of 4 and 8, and the general kernel.
-      constexpr int kVariants = 9;
+      constexpr int kVariants = 10;
       double ms_kernel[kVariants] = {};
       const NormRopeKernel kVec = NormRopeKernel::kVector;
-      const NormRopeKernel which[kVariants] = {kVec, NormRopeKernel::kGeneral, kVec, kVec, kVec, kVec, kVec, kVec, kVec};
-      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0, 0, 0};
-      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8, -1, -1};
-      const int staged[kVariants] = {-1, -1, 0, 0, 0, 0, 0, 4, 8};
+      const NormRopeKernel which[kVariants] = {kVec, NormRopeKernel::kGeneral, kVec, kVec, kVec,
+                                               kVec, kVec, kVec, kVec, kVec};
+      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0, 0, 0, 0};
+      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8, -1, -1, 12};
+      const int staged[kVariants] = {-1, -1, 0, 0, 0, 0, 0, 4, 8, 0};
       const char* variant[kVariants] = {"", " (general kernel)", " (vector, 8 passes)", " (vector, 12 passes)",
                                         " (vector, pipelined 4)", " (vector, pipelined 6)", " (vector, pipelined 8)",
-                                        " (vector, staged 4)", " (vector, staged 8)"};
+                                        " (vector, staged 4)", " (vector, staged 8)", " (vector, pipelined rows)"};
       NormRopeLaunchInfo info;
       for (int w = 0; w < kVariants; ++w) {
-        if (pipe[w] > 0 && kinds[ki] == NormKind::kRmsAcrossHeads) continue;
+        // The across-heads norm pipelines whole rows (pipe 12, rows of at most 12 passes);
+        // the others pipeline batches of passes.
+        const bool across = kinds[ki] == NormKind::kRmsAcrossHeads;
+        const int G = std::min(32, sh.D * static_cast<int>(es) / 16), passes = (sh.H + 32 / G - 1) / (32 / G);
+        if (pipe[w] > 0 && across != (pipe[w] == 12)) continue;
+        if (pipe[w] == 12 && passes > 12) continue;
         auto run = [&] {
           for (int j = 0; j < 2; ++j) launch_norm_rope(cu(s), view_of(j), sh.dt, p, which[w], batch[w], pipe[w], staged[w]);
         };
@@ -238,12 +239,12 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
 
 // The norm+RoPE table: every kind x head_dim x dtype x layout, the kernel the layer runs.
 // Where a cell is short of 85% of the copy bound, its columns say what it had: the same
-// views' copy (the bound at this size and launch count), the RoPE-only kernel of the same
+// views streamed in place with no arithmetic (the bound at this size and launch count), the RoPE-only kernel of the same
 // shape (the cost of the walk without the norm), occupancy and bytes in flight.
 void print_norm_table(const std::vector<NormCell>& cells, double bound_tbs) {
   std::printf("\nnorm+RoPE table (Q and K of M16896 tokens, two launches; bound = %.3f TB/s device copy)\n", bound_tbs);
   std::printf("%-16s | %4s | %3s | %-4s | %-8s | %-24s | %8s | %7s | %6s | %8s | %7s | %8s | %6s | %5s | %4s | %5s | %7s | %9s | %s\n",
-              "kind", "D", "H", "type", "layout", "kernel", "ms", "GB/s", "%bound", "copy ms", "%copy", "rope ms",
+              "kind", "D", "H", "type", "layout", "kernel", "ms", "GB/s", "%bound", "strm ms", "%strm", "rope ms",
               "MB", "grid", "b/SM", "w/SM", "regs", "smem KB/b", "inflight KB/SM");
   std::printf("%s\n", std::string(190, '-').c_str());
   int below = 0;

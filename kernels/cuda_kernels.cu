@@ -471,6 +471,16 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
       group_sums(s2, G, base);
 #pragma unroll
       for (int p = 0; p < kNB; ++p) rinv[p] = rsqrtf(s2[p] * inv_n + eps);
+    } else if constexpr (norm == static_cast<int>(NormKind::kRmsAcrossHeads)) {
+      // The pipelined walk's items are whole rows here (the launcher sees to kNB >=
+      // passes): one sum over the warp.
+      float s1 = 0.0f, s2[1] = {0.0f};
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) lane_sums(v[p], 0.0f, s1, s2[0]);
+      warp_sums(s2);
+      const float r = rsqrtf(s2[0] / (static_cast<float>(heads) * static_cast<float>(D)) + eps);
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) rinv[p] = r;
     } else if constexpr (norm == static_cast<int>(NormKind::kLayerPerHead)) {
       // Mean and variance in one pass over values shifted by one of the head's own
       // values, c (its first, from the group's first lane): var = E[(x-c)^2] - E[x-c]^2
@@ -565,7 +575,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
       }
     }
     cp_async_wait<0>();
-  } else if constexpr (kWalk == kPipelined && norm != static_cast<int>(NormKind::kRmsAcrossHeads)) {
+  } else if constexpr (kWalk == kPipelined) {
     // Software-pipelined walk over the warp's (row, first pass) items: the next item's
     // loads are issued before the current one is reduced, rotated and stored, so a warp
     // keeps a batch in flight while it computes (without it, each warp alternates between
@@ -722,7 +732,16 @@ void norm_rope_rows_pick(cudaStream_t s, T* data, T* out, const RowPlace& pl, co
   const int passes = (x.heads + 32 / G - 1) / (32 / G);
   constexpr bool across = kNorm == static_cast<int>(NormKind::kRmsAcrossHeads);
   const bool forced = batch != 0 || pipe >= 0;  // a register walk asked for by name
-  if (staged < 0) staged = !forced && staged_fits<T>(x) ? kAutoStagedBatch : 0;
+  const bool pow2_groups = (G & (G - 1)) == 0;
+  // The layer's pick, as bench_kernels measured every walk on the H200 (2026-12-01, at
+  // 0fb166f, % of the copy bound): the staged walk only for LayerNorm at 16-bit types
+  // and power-of-two lane groups (75-78% against 71-73% pipelined); elsewhere it lost
+  // (across heads 63-67% against 72% in registers, fp32 55-70% against 85-88%).
+  if (staged < 0)
+    staged = !forced && staged_fits<T>(x) && kNorm == static_cast<int>(NormKind::kLayerPerHead) && sizeof(T) == 2 &&
+                     pow2_groups
+                 ? kAutoStagedBatch
+                 : 0;
   if (staged > 0) {
     UIPC_CHECK(staged_fits<T>(x), "norm_rope: a row of " + std::to_string(x.heads * x.head_dim * sizeof(T)) +
                                       " bytes is too long for the staged walk");
@@ -742,8 +761,15 @@ void norm_rope_rows_pick(cudaStream_t s, T* data, T* out, const RowPlace& pl, co
     // head_dim 128, RMS 77 -> 79-81%), except per-head RMS on lane groups that are not a
     // power of two (head_dim 72: 67% plain with 8 passes, 59-65% pipelined); fp32 rows
     // are twice the bytes for the same work and gain nothing (84-88% either way).
-    const bool rms_odd_groups = kNorm == static_cast<int>(NormKind::kRmsPerHead) && (G & (G - 1)) != 0;
-    pipe = (!across && sizeof(T) == 2 && batch == 0 && !rms_odd_groups) ? 4 : 0;
+    // Same run at 0fb166f: fp32 with lane groups that are not a power of two (head_dim
+    // 72: 18 lanes a head) gains from the pipelined walk with batches of 6 (RMS 70 ->
+    // 74%, LayerNorm 55 -> 60%); across heads at 16-bit types, where a row is at most 12
+    // passes, rows pipelined whole (a new walk then: see the benchmark's rows).
+    const bool rms_odd_groups = kNorm == static_cast<int>(NormKind::kRmsPerHead) && !pow2_groups;
+    if (batch != 0) pipe = 0;
+    else if (across) pipe = sizeof(T) == 2 && passes <= 12 ? 12 : 0;
+    else if (sizeof(T) == 2) pipe = rms_odd_groups ? 0 : 4;
+    else pipe = !pow2_groups && kNorm != static_cast<int>(NormKind::kNone) ? 6 : 0;
   }
   if (chunks > 32) {
     norm_rope_rows_launch<T, kNorm, 2, 4>(s, data, out, pl, x, p, G, "plain 4 (2 chunks/lane)");
@@ -756,6 +782,13 @@ void norm_rope_rows_pick(cudaStream_t s, T* data, T* out, const RowPlace& pl, co
       case 8: norm_rope_rows_launch<T, kNorm, 1, 8, kPipelined>(s, data, out, pl, x, p, G, "pipelined 8"); return;
       default: break;
     }
+  } else if (pipe == 12) {
+    // Across heads, pipelined by whole rows: the next row loads while this one is
+    // reduced and stored (two rows in registers: only where a row is at most 12 passes).
+    UIPC_CHECK(passes <= 12, "norm_rope: the across-heads pipelined walk takes rows of at most 12 passes, not " +
+                                 std::to_string(passes));
+    norm_rope_rows_launch<T, kNorm, 1, 12, kPipelined>(s, data, out, pl, x, p, G, "pipelined rows (12)");
+    return;
   }
   if (batch == 12 ||
              (batch == 0 && passes > 8 && (G & (G - 1)) == 0 && kNorm != static_cast<int>(NormKind::kLayerPerHead))) {
@@ -953,7 +986,9 @@ NormRopeLaunchInfo last_norm_rope_launch() { return last_launch; }
 void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p, NormRopeKernel which,
                       int batch, int pipe, int staged) {
   UIPC_CHECK(batch == 0 || batch == 8 || batch == 12, "norm_rope: batch must be 0, 8 or 12");
-  UIPC_CHECK(pipe == -1 || pipe == 0 || pipe == 4 || pipe == 6 || pipe == 8, "norm_rope: pipe must be -1, 0, 4, 6 or 8");
+  UIPC_CHECK(pipe == -1 || pipe == 0 || pipe == 4 || pipe == 6 || pipe == 8 || pipe == 12,
+             "norm_rope: pipe must be -1, 0, 4, 6, 8 or 12 (12: across-heads RMS only)");
+  UIPC_CHECK(pipe != 12 || p.norm == NormKind::kRmsAcrossHeads, "norm_rope: pipe 12 is the across-heads walk");
   UIPC_CHECK(staged == -1 || staged == 0 || staged == 4 || staged == 8, "norm_rope: staged must be -1, 0, 4 or 8");
   UIPC_CHECK(staged <= 0 || (batch == 0 && pipe <= 0), "norm_rope: the staged walk excludes batch and pipe");
   UIPC_CHECK(x.head_dim > 0 && x.head_dim <= 2 * 32 * kMaxPairsPerLane,

@@ -338,6 +338,36 @@ TEST_F(CudaKernelsTest, NormRopeVectorKernelPipelinedWalk) {
   }
 }
 
+// The across-heads walk pipelined by whole rows (pipe 12: the next row in registers while
+// this one is reduced and stored), at rows of 12 passes (16-bit D64 x 48 and D128 x 24
+// heads, fp32 D128 x 12) and fewer (5 heads), on one row, 74 rows and 5000 (every warp
+// walks several rows, the two buffers alternate and the walk ends on either), fused and
+// separate, with a head slice out; a row of more than 12 passes is refused.
+TEST_F(CudaKernelsTest, NormRopeAcrossHeadsPipelinedRows) {
+  for (DType dt : kAllTypes) {
+    const int d_big = dt == DType::kFP32 ? 128 : 64, h_big = dt == DType::kFP32 ? 12 : 48;
+    for (int64_t S : {1, 37, 50}) {
+      const int64_t B = S == 50 ? 100 : S == 37 ? 2 : 1;
+      run_norm_rope_check(*this, {dt, d_big, h_big, NormKind::kRmsAcrossHeads, true, S != 37, S == 37,
+                                  NormRopeKernel::kVector, 12, S, B, 0});
+      run_norm_rope_check(*this, {dt, 128, dt == DType::kFP32 ? 12 : 24, NormKind::kRmsAcrossHeads, S != 1, true,
+                                  S == 50, NormRopeKernel::kVector, 12, S, B, 0});
+      run_norm_rope_check(*this, {dt, 128, 5, NormKind::kRmsAcrossHeads, true, false, true, NormRopeKernel::kVector,
+                                  12, S, B, 0});
+      if (HasFatalFailure()) return;
+    }
+  }
+  auto buf = dev_->alloc(static_cast<size_t>(4) * 13 * 128 * 4);
+  QkView v{buf.get(), 13 * 128, 1, 4, 0, 13, 128, {}};  // fp32 D128: a head a pass, 13 passes
+  NormRopeParams p;
+  p.norm = NormKind::kRmsAcrossHeads;
+  auto gamma = dev_->alloc(13 * 128 * 4);
+  p.gamma = gamma.as<float>();
+  EXPECT_THROW(launch_norm_rope(static_cast<cudaStream_t>(stream_->native()), v, DType::kFP32, p,
+                                NormRopeKernel::kVector, 0, 12, 0),
+               Error);
+}
+
 // The shared-memory staged walk (whole rows copied in with cp.async, two buffers per
 // warp in turn), batches of 4 and 8 passes, every norm kind, head_dim 64, 72 and 128 at
 // the benchmark's head counts (rows of 12 to 42 passes), every dtype, fused and separate
