@@ -114,7 +114,7 @@ struct NormShape {
 struct NormCell {
   std::string kind, dtype, layout, kernel;
   int D = 0, H = 0;
-  double ms = 0, gbs = 0, of_bound = 0, copy_ms = 0, of_copy = 0, rope_only_ms = 0, bytes = 0;
+  double ms = 0, gbs = 0, of_bound = 0, stream_ms = 0, of_stream = 0, rope_only_ms = 0, bytes = 0;
   int blocks = 0, blocks_per_sm = 0, warps_per_sm = 0, regs = 0;
   double smem_kb = 0, inflight_kb_per_sm = 0;
 };
@@ -154,15 +154,15 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
     // The same bytes with no arithmetic: Q's and K's views read and written back in place
     // by a streaming kernel of the same shape (a warp per row, 16-byte accesses, resident
     // grid, two launches): the bound at this size and launch count.
-    const double copy_ms = time_ms(dev, s, 3, 20, [&] {
+    const double stream_ms = time_ms(dev, s, 3, 20, [&] {
       for (int j = 0; j < 2; ++j)
         launch_stream_rows(cu(s), view_of(j).data, M, width * static_cast<long long>(es), pitch * static_cast<long long>(es));
     });
     char shape[96];
     std::snprintf(shape, sizeof(shape), "M%lld H%d D%d %s %s", static_cast<long long>(M), sh.H, sh.D,
                   dtype_name(sh.dt), sh.fused ? "fused" : "separate");
-    rows.push_back({"norm+rope", "stream the same Q and K views in place (no math)", shape, copy_ms,
-                    bytes / copy_ms * 1e-9, "TB/s", bytes / copy_ms * 1e-9 / bound_tbs,
+    rows.push_back({"norm+rope", "stream the same Q and K views in place (no math)", shape, stream_ms,
+                    bytes / stream_ms * 1e-9, "TB/s", bytes / stream_ms * 1e-9 / bound_tbs,
                     "the streaming bound at this size: same bytes, same launches, no arithmetic"});
     double rope_only_ms = 0;
     for (int ki = 3; ki >= 0; --ki) {  // RoPE only first: the norms' cells quote it
@@ -219,8 +219,8 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       c.ms = ms_kernel[0];
       c.gbs = bytes / c.ms * 1e-6;
       c.of_bound = bytes / c.ms * 1e-9 / bound_tbs;
-      c.copy_ms = copy_ms;
-      c.of_copy = copy_ms / c.ms;
+      c.stream_ms = stream_ms;
+      c.of_stream = stream_ms / c.ms;
       c.rope_only_ms = rope_only_ms;
       c.bytes = bytes;
       c.blocks = info.blocks;
@@ -252,7 +252,7 @@ void print_norm_table(const std::vector<NormCell>& cells, double bound_tbs) {
     below += c.of_bound < 0.85;
     std::printf("%-16s | %4d | %3d | %-4s | %-8s | %-24s | %8.4f | %7.0f | %5.1f%% | %8.4f | %6.1f%% | %8.4f | %6.1f | %5d | %4d | %5d | %7d | %9.1f | %.0f%s\n",
                 c.kind.c_str(), c.D, c.H, c.dtype.c_str(), c.layout.c_str(), c.kernel.c_str(), c.ms, c.gbs,
-                100 * c.of_bound, c.copy_ms, 100 * c.of_copy, c.rope_only_ms, c.bytes / 1e6, c.blocks, c.blocks_per_sm,
+                100 * c.of_bound, c.stream_ms, 100 * c.of_stream, c.rope_only_ms, c.bytes / 1e6, c.blocks, c.blocks_per_sm,
                 c.warps_per_sm, c.regs, c.smem_kb, c.inflight_kb_per_sm, c.of_bound < 0.85 ? "  <85%" : "");
   }
   std::printf("cells below 85%% of the copy bound: %d of %zu\n", below, cells.size());
@@ -623,7 +623,7 @@ void write_h5(const std::string& path, const std::vector<Row>& rows, const std::
     g.write_attr("copy_bound_tbs", bound_tbs);
     std::vector<std::string> kind, dtype, layout, kernel;
     std::vector<int64_t> D, H, blocks, blocks_per_sm, warps_per_sm, regs;
-    std::vector<double> ms, gbs, of_bound, copy_ms, of_copy, rope_only_ms, bytes, smem_kb, inflight;
+    std::vector<double> ms, gbs, of_bound, stream_ms, of_stream, rope_only_ms, bytes, smem_kb, inflight;
     for (const auto& c : cells) {
       kind.push_back(c.kind);
       dtype.push_back(c.dtype);
@@ -638,8 +638,8 @@ void write_h5(const std::string& path, const std::vector<Row>& rows, const std::
       ms.push_back(c.ms);
       gbs.push_back(c.gbs);
       of_bound.push_back(c.of_bound);
-      copy_ms.push_back(c.copy_ms);
-      of_copy.push_back(c.of_copy);
+      stream_ms.push_back(c.stream_ms);
+      of_stream.push_back(c.of_stream);
       rope_only_ms.push_back(c.rope_only_ms);
       bytes.push_back(c.bytes);
       smem_kb.push_back(c.smem_kb);
@@ -654,8 +654,8 @@ void write_h5(const std::string& path, const std::vector<Row>& rows, const std::
     g.write_attr("ms", ms);
     g.write_attr("gbs", gbs);
     g.write_attr("of_bound", of_bound);
-    g.write_attr("copy_ms", copy_ms);
-    g.write_attr("of_copy", of_copy);
+    g.write_attr("stream_ms", stream_ms);
+    g.write_attr("of_stream", of_stream);
     g.write_attr("rope_only_ms", rope_only_ms);
     g.write_attr("bytes", bytes);
     g.write_attr("blocks", blocks);

@@ -761,13 +761,13 @@ void norm_rope_rows_pick(cudaStream_t s, T* data, T* out, const RowPlace& pl, co
     // head_dim 128, RMS 77 -> 79-81%), except per-head RMS on lane groups that are not a
     // power of two (head_dim 72: 67% plain with 8 passes, 59-65% pipelined); fp32 rows
     // are twice the bytes for the same work and gain nothing (84-88% either way).
-    // Same run at 0fb166f: fp32 with lane groups that are not a power of two (head_dim
-    // 72: 18 lanes a head) gains from the pipelined walk with batches of 6 (RMS 70 ->
-    // 74%, LayerNorm 55 -> 60%); across heads at 16-bit types, where a row is at most 12
-    // passes, rows pipelined whole (a new walk then: see the benchmark's rows).
+    // Same runs (0fb166f, e8c2632): fp32 with lane groups that are not a power of two
+    // (head_dim 72: 18 lanes a head) gains from the pipelined walk with batches of 6 (RMS
+    // 70 -> 73-74%, LayerNorm 55 -> 60%). Across heads stays on the plain walk (12
+    // passes: 72-73% at 16-bit types): rows pipelined whole (pipe 12) measured 61-63%,
+    // their two rows of registers (156 a thread) leaving 3 blocks a multiprocessor.
     const bool rms_odd_groups = kNorm == static_cast<int>(NormKind::kRmsPerHead) && !pow2_groups;
-    if (batch != 0) pipe = 0;
-    else if (across) pipe = sizeof(T) == 2 && passes <= 12 ? 12 : 0;
+    if (batch != 0 || across) pipe = 0;
     else if (sizeof(T) == 2) pipe = rms_odd_groups ? 0 : 4;
     else pipe = !pow2_groups && kNorm != static_cast<int>(NormKind::kNone) ? 6 : 0;
   }
