@@ -342,7 +342,8 @@ TEST_F(CudaKernelsTest, NormRopeVectorKernelPipelinedWalk) {
 // this one is reduced and stored), at rows of 12 passes (16-bit D64 x 48 and D128 x 24
 // heads, fp32 D128 x 12) and fewer (5 heads), on one row, 74 rows and 5000 (every warp
 // walks several rows, the two buffers alternate and the walk ends on either), fused and
-// separate, with a head slice out; a row of more than 12 passes is refused.
+// separate, with a head slice out, beside the plain walk on the same rows; a row of more
+// than 12 passes is refused.
 TEST_F(CudaKernelsTest, NormRopeAcrossHeadsPipelinedRows) {
   for (DType dt : kAllTypes) {
     const int d_big = dt == DType::kFP32 ? 128 : 64, h_big = dt == DType::kFP32 ? 12 : 48;
@@ -354,6 +355,10 @@ TEST_F(CudaKernelsTest, NormRopeAcrossHeadsPipelinedRows) {
                                   S == 50, NormRopeKernel::kVector, 12, S, B, 0});
       run_norm_rope_check(*this, {dt, 128, 5, NormKind::kRmsAcrossHeads, true, false, true, NormRopeKernel::kVector,
                                   12, S, B, 0});
+      // The plain walk the layer picks for these rows (the whole row in registers, no
+      // pipelining), on the same rows.
+      run_norm_rope_check(*this, {dt, d_big, h_big, NormKind::kRmsAcrossHeads, true, S == 37, S != 37,
+                                  NormRopeKernel::kVector, 0, S, B, 0});
       if (HasFatalFailure()) return;
     }
   }
