@@ -109,10 +109,23 @@ struct NormShape {
   bool fused;
 };
 
-void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs, std::vector<Row>& rows) {
+// One cell of the norm+RoPE table: the kernel the layer runs (the launcher's own pick),
+// with what it takes of the machine, beside the same views' plain copy.
+struct NormCell {
+  std::string kind, dtype, layout, kernel;
+  int D = 0, H = 0;
+  double ms = 0, gbs = 0, of_bound = 0, stream_ms = 0, of_stream = 0, rope_only_ms = 0, bytes = 0;
+  int blocks = 0, blocks_per_sm = 0, warps_per_sm = 0, regs = 0;
+  double smem_kb = 0, inflight_kb_per_sm = 0;
+};
+
+void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs, std::vector<Row>& rows,
+                    std::vector<NormCell>& cells) {
   const int64_t M = 16384 + 512;  // FLUX.1-dev 2048 tokens
   const NormKind kinds[] = {NormKind::kRmsPerHead, NormKind::kRmsAcrossHeads, NormKind::kLayerPerHead, NormKind::kNone};
   const char* kind_names[] = {"rms", "rms_across_heads", "layer", "none (RoPE only)"};
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
   std::vector<NormShape> shapes;
   for (DType dt : {DType::kBF16, DType::kFP16, DType::kFP32})
     for (int D : {64, 72, 128})
@@ -126,7 +139,33 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
     auto gamma = dev.alloc(g.size() * 4), beta = dev.alloc(bt.size() * 4);
     dev.copy_to_device(gamma.get(), g.data(), g.size() * 4);
     dev.copy_to_device(beta.get(), bt.data(), bt.size() * 4);
-    for (int ki = 0; ki < 4; ++ki) {
+    auto view_of = [&](int j) {  // Q (j = 0) or K (j = 1)
+      QkView v;
+      v.data = static_cast<unsigned char*>(buf.get()) + (sh.fused ? j * width : j * M * width) * es;
+      v.row_pitch = pitch;
+      v.batch = 1;
+      v.tokens_per_batch = M;
+      v.pos_offset = 0;
+      v.heads = sh.H;
+      v.head_dim = sh.D;
+      return v;
+    };
+    const double bytes = 2.0 * 2.0 * M * width * es;  // Q and K, read + write
+    // The same bytes with no arithmetic: Q's and K's views read and written back in place
+    // by a streaming kernel of the same shape (a warp per row, 16-byte accesses, resident
+    // grid, two launches): the bound at this size and launch count.
+    const double stream_ms = time_ms(dev, s, 3, 20, [&] {
+      for (int j = 0; j < 2; ++j)
+        launch_stream_rows(cu(s), view_of(j).data, M, width * static_cast<long long>(es), pitch * static_cast<long long>(es));
+    });
+    char shape[96];
+    std::snprintf(shape, sizeof(shape), "M%lld H%d D%d %s %s", static_cast<long long>(M), sh.H, sh.D,
+                  dtype_name(sh.dt), sh.fused ? "fused" : "separate");
+    rows.push_back({"norm+rope", "stream the same Q and K views in place (no math)", shape, stream_ms,
+                    bytes / stream_ms * 1e-9, "TB/s", bytes / stream_ms * 1e-9 / bound_tbs,
+                    "the streaming bound at this size: same bytes, same launches, no arithmetic"});
+    double rope_only_ms = 0;
+    for (int ki = 3; ki >= 0; --ki) {  // RoPE only first: the norms' cells quote it
       NormRopeParams p;
       p.norm = kinds[ki];
       p.rope = RopeKind::k1D;
@@ -134,45 +173,89 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       p.beta = beta.as<float>();
       // The vector kernel as the layer runs it; also with 8 and 12 passes in flight
       // forced (not pipelined), its software-pipelined walk with batches of 4, 6 and 8
-      // (per-head norms and RoPE only: the across-heads norm has no pipelined walk), and
-      // the general kernel it replaces.
-      constexpr int kVariants = 7;
+      // (per-head norms and RoPE; the across-heads norm pipelines whole rows instead), its
+      // shared-memory staged walk with batches of 4 and 8, and the general kernel.
+      constexpr int kVariants = 10;
       double ms_kernel[kVariants] = {};
       const NormRopeKernel kVec = NormRopeKernel::kVector;
-      const NormRopeKernel which[kVariants] = {kVec, NormRopeKernel::kGeneral, kVec, kVec, kVec, kVec, kVec};
-      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0};
-      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8};
+      const NormRopeKernel which[kVariants] = {kVec, NormRopeKernel::kGeneral, kVec, kVec, kVec,
+                                               kVec, kVec, kVec, kVec, kVec};
+      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0, 0, 0, 0};
+      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8, -1, -1, 12};
+      const int staged[kVariants] = {-1, -1, 0, 0, 0, 0, 0, 4, 8, 0};
       const char* variant[kVariants] = {"", " (general kernel)", " (vector, 8 passes)", " (vector, 12 passes)",
-                                        " (vector, pipelined 4)", " (vector, pipelined 6)", " (vector, pipelined 8)"};
+                                        " (vector, pipelined 4)", " (vector, pipelined 6)", " (vector, pipelined 8)",
+                                        " (vector, staged 4)", " (vector, staged 8)", " (vector, pipelined rows)"};
+      NormRopeLaunchInfo info;
       for (int w = 0; w < kVariants; ++w) {
-        if (pipe[w] > 0 && kinds[ki] == NormKind::kRmsAcrossHeads) continue;
+        // The across-heads norm pipelines whole rows (pipe 12, rows of at most 12 passes);
+        // the others pipeline batches of passes.
+        const bool across = kinds[ki] == NormKind::kRmsAcrossHeads;
+        const int G = std::min(32, sh.D * static_cast<int>(es) / 16), passes = (sh.H + 32 / G - 1) / (32 / G);
+        if (pipe[w] > 0 && across != (pipe[w] == 12)) continue;
+        if (pipe[w] == 12 && passes > 12) continue;
         auto run = [&] {
-          for (int j = 0; j < 2; ++j) {  // Q and K
-            QkView v;
-            v.data = static_cast<unsigned char*>(buf.get()) + (sh.fused ? j * width : j * M * width) * es;
-            v.row_pitch = pitch;
-            v.batch = 1;
-            v.tokens_per_batch = M;
-            v.pos_offset = 0;
-            v.heads = sh.H;
-            v.head_dim = sh.D;
-            launch_norm_rope(cu(s), v, sh.dt, p, which[w], batch[w], pipe[w]);
-          }
+          for (int j = 0; j < 2; ++j) launch_norm_rope(cu(s), view_of(j), sh.dt, p, which[w], batch[w], pipe[w], staged[w]);
         };
         ms_kernel[w] = time_ms(dev, s, 3, 20, run);
+        if (w == 0) info = last_norm_rope_launch();
       }
-      const double bytes = 2.0 * 2.0 * M * width * es;  // Q and K, read + write
       for (int w = 0; w < kVariants; ++w) {
         if (ms_kernel[w] == 0) continue;
         const double tbs = bytes / ms_kernel[w] * 1e-9;
-        char shape[96];
-        std::snprintf(shape, sizeof(shape), "M%lld H%d D%d %s %s", static_cast<long long>(M), sh.H, sh.D,
-                      dtype_name(sh.dt), sh.fused ? "fused" : "separate");
         rows.push_back({"norm+rope", std::string("norm+RoPE ") + kind_names[ki] + variant[w],
-                        shape, ms_kernel[w], tbs, "TB/s", tbs / bound_tbs, "Q and K, bytes = read+write"});
+                        shape, ms_kernel[w], tbs, "TB/s", tbs / bound_tbs,
+                        w == 0 ? "Q and K, bytes = read+write; the layer's pick: " + info.kernel
+                               : "Q and K, bytes = read+write"});
       }
+      if (ki == 3) rope_only_ms = ms_kernel[0];
+      NormCell c;
+      c.kind = kinds[ki] == NormKind::kNone ? "none" : kind_names[ki];
+      c.dtype = dtype_name(sh.dt);
+      c.layout = sh.fused ? "fused" : "separate";
+      c.kernel = info.kernel;
+      c.D = sh.D;
+      c.H = sh.H;
+      c.ms = ms_kernel[0];
+      c.gbs = bytes / c.ms * 1e-6;
+      c.of_bound = bytes / c.ms * 1e-9 / bound_tbs;
+      c.stream_ms = stream_ms;
+      c.of_stream = stream_ms / c.ms;
+      c.rope_only_ms = rope_only_ms;
+      c.bytes = bytes;
+      c.blocks = info.blocks;
+      c.blocks_per_sm = info.blocks_per_sm;
+      c.warps_per_sm = info.blocks_per_sm * info.threads / 32;
+      c.regs = info.regs;
+      c.smem_kb = info.smem / 1024.0;
+      // Resident warps that walk rows (the grid may be smaller than what fits) times the
+      // bytes each has loading at once.
+      const double warps_used = std::min<double>(c.warps_per_sm, static_cast<double>(info.blocks) * info.threads / 32 / sms);
+      c.inflight_kb_per_sm = warps_used * info.inflight_per_warp / 1024.0;
+      cells.push_back(c);
     }
   }
+}
+
+// The norm+RoPE table: every kind x head_dim x dtype x layout, the kernel the layer runs.
+// Where a cell is short of 85% of the copy bound, its columns say what it had: the same
+// views streamed in place with no arithmetic (the bound at this size and launch count), the RoPE-only kernel of the same
+// shape (the cost of the walk without the norm), occupancy and bytes in flight.
+void print_norm_table(const std::vector<NormCell>& cells, double bound_tbs) {
+  std::printf("\nnorm+RoPE table (Q and K of M16896 tokens, two launches; bound = %.3f TB/s device copy)\n", bound_tbs);
+  std::printf("%-16s | %4s | %3s | %-4s | %-8s | %-24s | %8s | %7s | %6s | %8s | %7s | %8s | %6s | %5s | %4s | %5s | %7s | %9s | %s\n",
+              "kind", "D", "H", "type", "layout", "kernel", "ms", "GB/s", "%bound", "strm ms", "%strm", "rope ms",
+              "MB", "grid", "b/SM", "w/SM", "regs", "smem KB/b", "inflight KB/SM");
+  std::printf("%s\n", std::string(190, '-').c_str());
+  int below = 0;
+  for (const auto& c : cells) {
+    below += c.of_bound < 0.85;
+    std::printf("%-16s | %4d | %3d | %-4s | %-8s | %-24s | %8.4f | %7.0f | %5.1f%% | %8.4f | %6.1f%% | %8.4f | %6.1f | %5d | %4d | %5d | %7d | %9.1f | %.0f%s\n",
+                c.kind.c_str(), c.D, c.H, c.dtype.c_str(), c.layout.c_str(), c.kernel.c_str(), c.ms, c.gbs,
+                100 * c.of_bound, c.stream_ms, 100 * c.of_stream, c.rope_only_ms, c.bytes / 1e6, c.blocks, c.blocks_per_sm,
+                c.warps_per_sm, c.regs, c.smem_kb, c.inflight_kb_per_sm, c.of_bound < 0.85 ? "  <85%" : "");
+  }
+  std::printf("cells below 85%% of the copy bound: %d of %zu\n", below, cells.size());
 }
 
 // --- GEMM: the fused QKV projection at Ulysses2 FLUX 2048 (M8448), whole and split the
@@ -531,8 +614,57 @@ void attention_rows(Device& dev, Stream& s, std::vector<Row>& rows) {
                   cuda_attention_path(*ref)});
 }
 
-void write_h5(const std::string& path, const std::vector<Row>& rows, const std::string& device) {
+void write_h5(const std::string& path, const std::vector<Row>& rows, const std::vector<NormCell>& cells,
+              double bound_tbs, const std::string& device) {
   auto f = h5::File::create(path);
+  if (!cells.empty()) {
+    h5::Group g = f.root().create_group("norm_rope_table");
+    g.write_attr("device", device);
+    g.write_attr("copy_bound_tbs", bound_tbs);
+    std::vector<std::string> kind, dtype, layout, kernel;
+    std::vector<int64_t> D, H, blocks, blocks_per_sm, warps_per_sm, regs;
+    std::vector<double> ms, gbs, of_bound, stream_ms, of_stream, rope_only_ms, bytes, smem_kb, inflight;
+    for (const auto& c : cells) {
+      kind.push_back(c.kind);
+      dtype.push_back(c.dtype);
+      layout.push_back(c.layout);
+      kernel.push_back(c.kernel);
+      D.push_back(c.D);
+      H.push_back(c.H);
+      blocks.push_back(c.blocks);
+      blocks_per_sm.push_back(c.blocks_per_sm);
+      warps_per_sm.push_back(c.warps_per_sm);
+      regs.push_back(c.regs);
+      ms.push_back(c.ms);
+      gbs.push_back(c.gbs);
+      of_bound.push_back(c.of_bound);
+      stream_ms.push_back(c.stream_ms);
+      of_stream.push_back(c.of_stream);
+      rope_only_ms.push_back(c.rope_only_ms);
+      bytes.push_back(c.bytes);
+      smem_kb.push_back(c.smem_kb);
+      inflight.push_back(c.inflight_kb_per_sm);
+    }
+    g.write_attr("kind", kind);
+    g.write_attr("dtype", dtype);
+    g.write_attr("layout", layout);
+    g.write_attr("kernel", kernel);
+    g.write_attr("head_dim", D);
+    g.write_attr("heads", H);
+    g.write_attr("ms", ms);
+    g.write_attr("gbs", gbs);
+    g.write_attr("of_bound", of_bound);
+    g.write_attr("stream_ms", stream_ms);
+    g.write_attr("of_stream", of_stream);
+    g.write_attr("rope_only_ms", rope_only_ms);
+    g.write_attr("bytes", bytes);
+    g.write_attr("blocks", blocks);
+    g.write_attr("blocks_per_sm", blocks_per_sm);
+    g.write_attr("warps_per_sm", warps_per_sm);
+    g.write_attr("regs", regs);
+    g.write_attr("smem_kb_per_block", smem_kb);
+    g.write_attr("inflight_kb_per_sm", inflight);
+  }
   {
     h5::Group g = f.root().create_group("bench_kernels");
     g.write_attr("device", device);
@@ -587,9 +719,10 @@ int main(int argc, char** argv) {
     auto s = dev->create_stream(StreamPriority::kNormal);
     auto kern = make_cuda_kernels();
     std::vector<Row> rows;
+    std::vector<NormCell> cells;
     const double bound = copy_bound_tbs(*dev, *s, rows);
     if (want("attention")) attention_rows(*dev, *s, rows);
-    if (want("norm")) norm_rope_rows(*dev, *s, *kern, bound, rows);
+    if (want("norm")) norm_rope_rows(*dev, *s, *kern, bound, rows, cells);
     if (want("gemm")) gemm_rows(*dev, *s, *kern, rows);
     if (want("copies")) copy_rows(*dev, *s, bound, rows);
     if (want("where")) where_rows(*dev, rows);
@@ -604,8 +737,9 @@ int main(int argc, char** argv) {
       std::printf("%-10s | %-60s | %-34s | %9.4f | %9.3f %-8s | %6s | %s\n", r.section.c_str(), r.what.c_str(),
                   r.shape.c_str(), r.ms, r.rate, r.unit.c_str(), ob, r.note.c_str());
     }
+    if (!cells.empty()) print_norm_table(cells, bound);
     std::printf("device: %s\n", dev->name().c_str());
-    if (!out_path.empty()) write_h5(out_path, rows, dev->name());
+    if (!out_path.empty()) write_h5(out_path, rows, cells, bound, dev->name());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_kernels: %s\n", e.what());

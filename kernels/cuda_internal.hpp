@@ -21,9 +21,23 @@ namespace uipc {
 // head count); `pipe`: its software-pipelined walk for per-head norms and RoPE (two
 // batches of 4, 6 or 8 passes, the next loading while the current is computed), 0 off,
 // -1 chosen; both for the benchmark's and the tests' comparisons.
+// `staged`: the vector kernel's shared-memory staged walk (whole rows copied in with
+// cp.async, the next in flight while the current is computed; batches of 4 or 8 passes
+// read back at once), 0 off, -1 chosen (where batch and pipe are left to the launcher).
 enum class NormRopeKernel { kAuto, kVector, kGeneral };
 void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p,
-                      NormRopeKernel which = NormRopeKernel::kAuto, int batch = 0, int pipe = -1);
+                      NormRopeKernel which = NormRopeKernel::kAuto, int batch = 0, int pipe = -1, int staged = -1);
+// What the calling thread's last launch_norm_rope launched: the kernel and walk, its
+// grid, the blocks of it resident per multiprocessor
+// (cudaOccupancyMaxActiveBlocksPerMultiprocessor), its registers per thread and dynamic
+// shared memory per block. For the benchmark's account of where time goes.
+struct NormRopeLaunchInfo {
+  std::string kernel;
+  int blocks = 0, threads = 0, blocks_per_sm = 0, regs = 0;
+  size_t smem = 0;
+  size_t inflight_per_warp = 0;  // bytes a warp has loading at once (the vector kernel's walks)
+};
+NormRopeLaunchInfo last_norm_rope_launch();
 void launch_attention_reference(cudaStream_t s, const void* q, const void* k, const void* v, void* o, int64_t batch,
                                 int64_t seq, int heads, int head_dim, DType dtype, float scale);
 void launch_convert_from_f32(cudaStream_t s, const float* in, void* out, int64_t n, DType dtype);

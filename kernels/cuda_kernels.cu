@@ -244,6 +244,9 @@ __global__ void __launch_bounds__(kNormThreads) norm_rope_kernel(T* __restrict__
 // overlap. Across-heads RMS needs the whole row first: held in registers when it fits
 // in kNB passes, else summed in a first pass and re-read (from L2) in a second.
 constexpr int kRowWarps = 4;  // rows per block
+// The staged walk's batch (passes read from shared memory and reduced together) where the
+// layer lets the launcher pick.
+constexpr int kAutoStagedBatch = 4;
 
 template <typename T>
 struct Vec {
@@ -308,7 +311,22 @@ __device__ __forceinline__ void load_f32x(const float* __restrict__ src, float* 
   }
 }
 
-template <typename T, int kNorm, int kCPL, int kNB, bool kPipe>
+// How a warp walks its rows: loads a batch, then computes it (kPlain); loads the next
+// batch into registers while computing the current (kPipelined); or copies whole rows
+// into shared memory with cp.async, the next row in flight while the current is
+// computed from shared memory (kStaged: a row's worth of bytes in flight per warp at no
+// register cost, for every norm kind, the across-heads one included).
+enum Walk : int { kPlain = 0, kPipelined = 1, kStaged = 2 };
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kN>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kN) : "memory"); }
+
+template <typename T, int kNorm, int kCPL, int kNB, int kWalk>
 __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __restrict__ data, T* __restrict__ out,
                                                                          RowPlace pl, int64_t rows, int64_t pos_offset,
                                                                          int heads, int G, int rope, float eps,
@@ -453,6 +471,16 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
       group_sums(s2, G, base);
 #pragma unroll
       for (int p = 0; p < kNB; ++p) rinv[p] = rsqrtf(s2[p] * inv_n + eps);
+    } else if constexpr (norm == static_cast<int>(NormKind::kRmsAcrossHeads)) {
+      // The pipelined walk's items are whole rows here (the launcher sees to kNB >=
+      // passes): one sum over the warp.
+      float s1 = 0.0f, s2[1] = {0.0f};
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) lane_sums(v[p], 0.0f, s1, s2[0]);
+      warp_sums(s2);
+      const float r = rsqrtf(s2[0] / (static_cast<float>(heads) * static_cast<float>(D)) + eps);
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) rinv[p] = r;
     } else if constexpr (norm == static_cast<int>(NormKind::kLayerPerHead)) {
       // Mean and variance in one pass over values shifted by one of the head's own
       // values, c (its first, from the group's first lane): var = E[(x-c)^2] - E[x-c]^2
@@ -480,7 +508,74 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
     for (int p = 0; p < kNB; ++p) finish(p0 + p, v[p], mu[p], rinv[p]);
   };
 
-  if constexpr (kPipe && norm != static_cast<int>(NormKind::kRmsAcrossHeads)) {
+  if constexpr (kWalk == kStaged) {
+    // Two row buffers per warp in shared memory; lane l copies and later reads back only
+    // its own chunks (the same lane/chunk map as the register walks), so the copies need
+    // no barrier, only the lane's own cp.async.wait_group.
+    extern __shared__ uint4 stage_mem[];
+    const int row_chunks = heads * chunks;
+    uint4* stage0 = stage_mem + static_cast<int64_t>(threadIdx.x >> 5) * 2 * row_chunks;
+    auto issue = [&](int64_t rr, uint4* st) {
+      if (rr < rows && lane_used) {
+        const T* xr = data + rr * pl.row_pitch;
+        for (int p = 0; p < passes; ++p) {
+          const int h = head_of(p);
+          if (h >= heads) break;
+#pragma unroll
+          for (int j = 0; j < kCPL; ++j) {
+            if (!has[j]) continue;
+            const int c = cl + G * j;
+            cp_async16(st + h * chunks + c, xr + static_cast<int64_t>(h) * D + c * kVE);
+          }
+        }
+      }
+      cp_async_commit();  // an empty group past the last row keeps the count in step
+    };
+    auto read = [&](const uint4* st, int p, V (&v)[kCPL]) {
+      const int h = head_of(p);
+#pragma unroll
+      for (int j = 0; j < kCPL; ++j) {
+        v[j].raw = make_uint4(0, 0, 0, 0);
+        if (h < heads && has[j]) v[j].raw = st[h * chunks + cl + G * j];
+      }
+    };
+    int cur = 0;
+    issue(row, stage0);
+    for (; row < rows; row += row_step, cur ^= 1) {
+      uint4* st = stage0 + cur * row_chunks;
+      issue(row + row_step, stage0 + (cur ^ 1) * row_chunks);
+      begin_row(row);  // the RoPE angles while the copies land
+      cp_async_wait<1>();
+      if constexpr (norm == static_cast<int>(NormKind::kRmsAcrossHeads)) {
+        const float inv_n = 1.0f / (static_cast<float>(heads) * static_cast<float>(D));
+        float s1 = 0.0f, s2[1] = {0.0f};
+        for (int p0 = 0; p0 < passes; p0 += kNB) {
+          V v[kNB][kCPL];
+#pragma unroll
+          for (int p = 0; p < kNB; ++p) read(st, p0 + p, v[p]);
+#pragma unroll
+          for (int p = 0; p < kNB; ++p) lane_sums(v[p], 0.0f, s1, s2[0]);
+        }
+        warp_sums(s2);
+        const float rinv = rsqrtf(s2[0] * inv_n + eps);
+        for (int p0 = 0; p0 < passes; p0 += kNB) {
+          V v[kNB][kCPL];
+#pragma unroll
+          for (int p = 0; p < kNB; ++p) read(st, p0 + p, v[p]);
+#pragma unroll
+          for (int p = 0; p < kNB; ++p) finish(p0 + p, v[p], 0.0f, rinv);
+        }
+      } else {
+        for (int p0 = 0; p0 < passes; p0 += kNB) {
+          V v[kNB][kCPL];
+#pragma unroll
+          for (int p = 0; p < kNB; ++p) read(st, p0 + p, v[p]);
+          per_head_batch(p0, v);
+        }
+      }
+    }
+    cp_async_wait<0>();
+  } else if constexpr (kWalk == kPipelined) {
     // Software-pipelined walk over the warp's (row, first pass) items: the next item's
     // loads are issued before the current one is reduced, rotated and stored, so a warp
     // keeps a batch in flight while it computes (without it, each warp alternates between
@@ -563,43 +658,102 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
   }
 }
 
+thread_local NormRopeLaunchInfo last_launch;
+
 template <typename T, bool kPaired, int kPPL>
 void norm_rope_launch(cudaStream_t s, T* data, T* out, const RowPlace& pl, const QkView& x, const NormRopeParams& p,
                       size_t shmem) {
+  static int per_sm = -1, regs = 0;
+  if (per_sm < 0) {
+    UIPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_rope_kernel<T, kPaired, kPPL>,
+                                                                   kNormThreads, shmem));
+    cudaFuncAttributes fa{};
+    UIPC_CUDA_CHECK(cudaFuncGetAttributes(&fa, norm_rope_kernel<T, kPaired, kPPL>));
+    regs = fa.numRegs;
+  }
+  last_launch = {"general", static_cast<int>(x.batch * x.tokens_per_batch), kNormThreads, per_sm, regs, shmem};
   norm_rope_kernel<T, kPaired, kPPL><<<static_cast<unsigned>(x.batch * x.tokens_per_batch), kNormThreads, shmem, s>>>(
       data, out, pl, x.pos_offset, x.heads, static_cast<int>(p.norm), static_cast<int>(p.rope), p.eps, p.rope_theta,
       p.gamma, p.beta);
 }
 
-template <typename T, int kNorm, int kCPL, int kNB, bool kPipe = false>
+template <typename T, int kNorm, int kCPL, int kNB, int kWalk = kPlain>
 void norm_rope_rows_launch(cudaStream_t s, T* data, T* out, const RowPlace& pl, const QkView& x,
-                           const NormRopeParams& p, int G) {
+                           const NormRopeParams& p, int G, const char* name) {
   const int64_t rows = x.batch * x.tokens_per_batch;
-  // As many blocks as stay resident at once (asked once per kernel), at most one warp per row.
-  static int resident = 0;
-  if (resident == 0) {
-    int dev = 0, sms = 0, per_sm = 0;
+  auto* kernel = norm_rope_rows_kernel<T, kNorm, kCPL, kNB, kWalk>;
+  // The staged walk's two row buffers per warp.
+  const size_t smem = kWalk == kStaged ? size_t(2) * kRowWarps * x.heads * x.head_dim * sizeof(T) : 0;
+  // As many blocks as stay resident at once (asked once per kernel and shared-memory
+  // size), at most one warp per row.
+  static int resident = 0, per_sm = 0, regs = 0;
+  static size_t resident_smem = 0;
+  if (resident == 0 || smem != resident_smem) {
+    int dev = 0, sms = 0;
     UIPC_CUDA_CHECK(cudaGetDevice(&dev));
     UIPC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    UIPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_rope_rows_kernel<T, kNorm, kCPL, kNB, kPipe>,
-                                                                   kRowWarps * 32, 0));
+    if (smem > 48 * 1024)
+      UIPC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    UIPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kRowWarps * 32, smem));
+    UIPC_CHECK(per_sm > 0, "norm_rope: the staged walk's " + std::to_string(smem) + " bytes of shared memory do not fit");
+    cudaFuncAttributes fa{};
+    UIPC_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+    regs = fa.numRegs;
     resident = std::max(1, sms * per_sm);
+    resident_smem = smem;
   }
   const int64_t want = (rows + kRowWarps - 1) / kRowWarps;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(want, resident));
-  norm_rope_rows_kernel<T, kNorm, kCPL, kNB, kPipe><<<blocks, kRowWarps * 32, 0, s>>>(
-      data, out, pl, rows, x.pos_offset, x.heads, G, static_cast<int>(p.rope), p.eps, p.rope_theta, p.gamma, p.beta);
+  kernel<<<blocks, kRowWarps * 32, smem, s>>>(data, out, pl, rows, x.pos_offset, x.heads, G, static_cast<int>(p.rope),
+                                              p.eps, p.rope_theta, p.gamma, p.beta);
+  // Bytes in flight per warp: the staged walk's next row; a register walk's batch of
+  // passes (two batches for the pipelined walk, one computed while the other loads).
+  const int hpw = 32 / G, passes = (x.heads + hpw - 1) / hpw;
+  const size_t row_bytes = static_cast<size_t>(x.heads) * x.head_dim * sizeof(T);
+  const size_t batch_bytes = static_cast<size_t>(std::min(passes, kNB)) * hpw * G * kCPL * 16;
+  last_launch = {name, static_cast<int>(blocks), kRowWarps * 32, per_sm, regs, smem,
+                 std::min(row_bytes, kWalk == kStaged ? row_bytes : batch_bytes)};
+}
+
+// Whether the staged walk's buffers (two rows per warp) fit a block's shared memory.
+template <typename T>
+bool staged_fits(const QkView& x) {
+  return size_t(2) * kRowWarps * x.heads * x.head_dim * sizeof(T) <= size_t(200) * 1024;
 }
 
 // batch: passes loaded at once (8 or 12; 0 picks by the head count). pipe: the
 // software-pipelined walk (two batches of `pipe` passes, the next in flight while the
 // current is computed) for per-head norms and RoPE only: 4, 6 or 8; 0 off; -1 picks.
+// staged: the shared-memory staged walk with batches of 4 or 8 passes; 0 off; -1 picks.
 template <typename T, int kNorm>
 void norm_rope_rows_pick(cudaStream_t s, T* data, T* out, const RowPlace& pl, const QkView& x,
-                         const NormRopeParams& p, int chunks, int batch, int pipe) {
+                         const NormRopeParams& p, int chunks, int batch, int pipe, int staged) {
   const int G = chunks <= 32 ? chunks : 32;  // lanes per head
   const int passes = (x.heads + 32 / G - 1) / (32 / G);
   constexpr bool across = kNorm == static_cast<int>(NormKind::kRmsAcrossHeads);
+  const bool forced = batch != 0 || pipe >= 0;  // a register walk asked for by name
+  const bool pow2_groups = (G & (G - 1)) == 0;
+  // The layer's pick, as bench_kernels measured every walk on the H200 (2026-12-01, at
+  // 0fb166f, % of the copy bound): the staged walk only for LayerNorm at 16-bit types
+  // and power-of-two lane groups (75-78% against 71-73% pipelined); elsewhere it lost
+  // (across heads 63-67% against 72% in registers, fp32 55-70% against 85-88%).
+  if (staged < 0)
+    staged = !forced && staged_fits<T>(x) && kNorm == static_cast<int>(NormKind::kLayerPerHead) && sizeof(T) == 2 &&
+                     pow2_groups
+                 ? kAutoStagedBatch
+                 : 0;
+  if (staged > 0) {
+    UIPC_CHECK(staged_fits<T>(x), "norm_rope: a row of " + std::to_string(x.heads * x.head_dim * sizeof(T)) +
+                                      " bytes is too long for the staged walk");
+    if (chunks > 32) {
+      norm_rope_rows_launch<T, kNorm, 2, 4, kStaged>(s, data, out, pl, x, p, G, "staged 4 (2 chunks/lane)");
+    } else if (staged == 8) {
+      norm_rope_rows_launch<T, kNorm, 1, 8, kStaged>(s, data, out, pl, x, p, G, "staged 8");
+    } else {
+      norm_rope_rows_launch<T, kNorm, 1, 4, kStaged>(s, data, out, pl, x, p, G, "staged 4");
+    }
+    return;
+  }
   if (pipe < 0) {
     // As bench_kernels measured on the H200 (rows "(vector, pipelined N)" against
     // "(vector, 8 passes)"/"(12 passes)", 2026-12-01): 16-bit types gain from the
@@ -607,29 +761,43 @@ void norm_rope_rows_pick(cudaStream_t s, T* data, T* out, const RowPlace& pl, co
     // head_dim 128, RMS 77 -> 79-81%), except per-head RMS on lane groups that are not a
     // power of two (head_dim 72: 67% plain with 8 passes, 59-65% pipelined); fp32 rows
     // are twice the bytes for the same work and gain nothing (84-88% either way).
-    const bool rms_odd_groups = kNorm == static_cast<int>(NormKind::kRmsPerHead) && (G & (G - 1)) != 0;
-    pipe = (!across && sizeof(T) == 2 && batch == 0 && !rms_odd_groups) ? 4 : 0;
+    // Same runs (0fb166f, e8c2632): fp32 with lane groups that are not a power of two
+    // (head_dim 72: 18 lanes a head) gains from the pipelined walk with batches of 6 (RMS
+    // 70 -> 73-74%, LayerNorm 55 -> 60%). Across heads stays on the plain walk (12
+    // passes: 72-73% at 16-bit types): rows pipelined whole (pipe 12) measured 61-63%,
+    // their two rows of registers (156 a thread) leaving 3 blocks a multiprocessor.
+    const bool rms_odd_groups = kNorm == static_cast<int>(NormKind::kRmsPerHead) && !pow2_groups;
+    if (batch != 0 || across) pipe = 0;
+    else if (sizeof(T) == 2) pipe = rms_odd_groups ? 0 : 4;
+    else pipe = !pow2_groups && kNorm != static_cast<int>(NormKind::kNone) ? 6 : 0;
   }
   if (chunks > 32) {
-    norm_rope_rows_launch<T, kNorm, 2, 4>(s, data, out, pl, x, p, G);
+    norm_rope_rows_launch<T, kNorm, 2, 4>(s, data, out, pl, x, p, G, "plain 4 (2 chunks/lane)");
     return;
   }
   if constexpr (!across) {
     switch (pipe) {
-      case 4: norm_rope_rows_launch<T, kNorm, 1, 4, true>(s, data, out, pl, x, p, G); return;
-      case 6: norm_rope_rows_launch<T, kNorm, 1, 6, true>(s, data, out, pl, x, p, G); return;
-      case 8: norm_rope_rows_launch<T, kNorm, 1, 8, true>(s, data, out, pl, x, p, G); return;
+      case 4: norm_rope_rows_launch<T, kNorm, 1, 4, kPipelined>(s, data, out, pl, x, p, G, "pipelined 4"); return;
+      case 6: norm_rope_rows_launch<T, kNorm, 1, 6, kPipelined>(s, data, out, pl, x, p, G, "pipelined 6"); return;
+      case 8: norm_rope_rows_launch<T, kNorm, 1, 8, kPipelined>(s, data, out, pl, x, p, G, "pipelined 8"); return;
       default: break;
     }
+  } else if (pipe == 12) {
+    // Across heads, pipelined by whole rows: the next row loads while this one is
+    // reduced and stored (two rows in registers: only where a row is at most 12 passes).
+    UIPC_CHECK(passes <= 12, "norm_rope: the across-heads pipelined walk takes rows of at most 12 passes, not " +
+                                 std::to_string(passes));
+    norm_rope_rows_launch<T, kNorm, 1, 12, kPipelined>(s, data, out, pl, x, p, G, "pipelined rows (12)");
+    return;
   }
   if (batch == 12 ||
              (batch == 0 && passes > 8 && (G & (G - 1)) == 0 && kNorm != static_cast<int>(NormKind::kLayerPerHead))) {
     // 12 passes in flight measured faster than 8 for power-of-two lane groups (head_dim
     // 64, 128: bench_kernels), slower for head_dim 72's groups of 9 lanes; LayerNorm's two
     // sums per head need twice the registers, which 12 passes would take from occupancy.
-    norm_rope_rows_launch<T, kNorm, 1, 12>(s, data, out, pl, x, p, G);
+    norm_rope_rows_launch<T, kNorm, 1, 12>(s, data, out, pl, x, p, G, "plain 12");
   } else {
-    norm_rope_rows_launch<T, kNorm, 1, 8>(s, data, out, pl, x, p, G);
+    norm_rope_rows_launch<T, kNorm, 1, 8>(s, data, out, pl, x, p, G, "plain 8");
   }
 }
 
@@ -646,7 +814,7 @@ bool vector_kernel_fits(const QkView& x) {
 
 template <typename T>
 void norm_rope_typed(cudaStream_t s, const QkView& x, const NormRopeParams& p, NormRopeKernel which, int batch,
-                     int pipe) {
+                     int pipe, int staged) {
   const int64_t rows = x.batch * x.tokens_per_batch;
   if (rows == 0 || x.heads == 0) return;
   auto* data = static_cast<T*>(x.data);
@@ -658,10 +826,10 @@ void norm_rope_typed(cudaStream_t s, const QkView& x, const NormRopeParams& p, N
     constexpr int kVE = 16 / sizeof(T);
     const int chunks = D / kVE;
     switch (p.norm) {
-      case NormKind::kNone: norm_rope_rows_pick<T, 0>(s, data, out, pl, x, p, chunks, batch, pipe); break;
-      case NormKind::kRmsPerHead: norm_rope_rows_pick<T, 1>(s, data, out, pl, x, p, chunks, batch, pipe); break;
-      case NormKind::kRmsAcrossHeads: norm_rope_rows_pick<T, 2>(s, data, out, pl, x, p, chunks, batch, pipe); break;
-      case NormKind::kLayerPerHead: norm_rope_rows_pick<T, 3>(s, data, out, pl, x, p, chunks, batch, pipe); break;
+      case NormKind::kNone: norm_rope_rows_pick<T, 0>(s, data, out, pl, x, p, chunks, batch, pipe, staged); break;
+      case NormKind::kRmsPerHead: norm_rope_rows_pick<T, 1>(s, data, out, pl, x, p, chunks, batch, pipe, staged); break;
+      case NormKind::kRmsAcrossHeads: norm_rope_rows_pick<T, 2>(s, data, out, pl, x, p, chunks, batch, pipe, staged); break;
+      case NormKind::kLayerPerHead: norm_rope_rows_pick<T, 3>(s, data, out, pl, x, p, chunks, batch, pipe, staged); break;
     }
     UIPC_CUDA_CHECK(cudaGetLastError());
     return;
@@ -813,10 +981,16 @@ __global__ void convert_2d_kernel(const float* __restrict__ in, int64_t ld_in, T
 
 }  // namespace
 
+NormRopeLaunchInfo last_norm_rope_launch() { return last_launch; }
+
 void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p, NormRopeKernel which,
-                      int batch, int pipe) {
+                      int batch, int pipe, int staged) {
   UIPC_CHECK(batch == 0 || batch == 8 || batch == 12, "norm_rope: batch must be 0, 8 or 12");
-  UIPC_CHECK(pipe == -1 || pipe == 0 || pipe == 4 || pipe == 6 || pipe == 8, "norm_rope: pipe must be -1, 0, 4, 6 or 8");
+  UIPC_CHECK(pipe == -1 || pipe == 0 || pipe == 4 || pipe == 6 || pipe == 8 || pipe == 12,
+             "norm_rope: pipe must be -1, 0, 4, 6, 8 or 12 (12: across-heads RMS only)");
+  UIPC_CHECK(pipe != 12 || p.norm == NormKind::kRmsAcrossHeads, "norm_rope: pipe 12 is the across-heads walk");
+  UIPC_CHECK(staged == -1 || staged == 0 || staged == 4 || staged == 8, "norm_rope: staged must be -1, 0, 4 or 8");
+  UIPC_CHECK(staged <= 0 || (batch == 0 && pipe <= 0), "norm_rope: the staged walk excludes batch and pipe");
   UIPC_CHECK(x.head_dim > 0 && x.head_dim <= 2 * 32 * kMaxPairsPerLane,
              "CUDA norm_rope supports head_dim 1.." + std::to_string(2 * 32 * kMaxPairsPerLane) + ", not " +
                  std::to_string(x.head_dim));
@@ -831,9 +1005,9 @@ void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRo
     return;
   }
   switch (dtype) {
-    case DType::kBF16: norm_rope_typed<__nv_bfloat16>(s, x, p, which, batch, pipe); break;
-    case DType::kFP16: norm_rope_typed<__half>(s, x, p, which, batch, pipe); break;
-    default: norm_rope_typed<float>(s, x, p, which, batch, pipe); break;
+    case DType::kBF16: norm_rope_typed<__nv_bfloat16>(s, x, p, which, batch, pipe, staged); break;
+    case DType::kFP16: norm_rope_typed<__half>(s, x, p, which, batch, pipe, staged); break;
+    default: norm_rope_typed<float>(s, x, p, which, batch, pipe, staged); break;
   }
 }
 

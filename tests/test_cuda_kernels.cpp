@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/dtype.hpp"
+#include "base/error.hpp"
 #include "comm/cuda_device.hpp"
 #include "kernels/cuda_internal.hpp"
 #include "kernels/cuda_kernels.hpp"
@@ -191,6 +192,7 @@ struct NormRopeCheck {
   int pipe = -1;    // the vector kernel's pipelined walk: 4, 6, 8, 0 off, -1 as the layer picks
   int64_t S = 37;   // tokens per batch
   int64_t B = 2;    // batches: thousands of rows (B x S) make every warp walk several rows
+  int staged = -1;  // the vector kernel's staged walk: 4, 8, 0 off, -1 as the layer picks
 };
 
 void run_norm_rope_check(CudaKernelsTest& t, const NormRopeCheck& c) {
@@ -198,7 +200,8 @@ void run_norm_rope_check(CudaKernelsTest& t, const NormRopeCheck& c) {
                " norm=" + std::to_string(static_cast<int>(c.norm)) + " rope=" + std::to_string(c.rope) +
                (c.fused ? " fused" : " separate") + (c.slice_out ? " +slice" : "") + " kernel=" +
                (c.which == NormRopeKernel::kVector ? "vector" : c.which == NormRopeKernel::kGeneral ? "general" : "auto") +
-               " pipe=" + std::to_string(c.pipe) + " B=" + std::to_string(c.B) + " S=" + std::to_string(c.S));
+               " pipe=" + std::to_string(c.pipe) + " staged=" + std::to_string(c.staged) + " B=" + std::to_string(c.B) +
+               " S=" + std::to_string(c.S));
   const int64_t B = c.B, S = c.S, pos0 = 100;
   const int H = c.H, D = c.D;
   const int64_t width = static_cast<int64_t>(H) * D, pitch = c.fused ? 3 * width : width;
@@ -233,7 +236,7 @@ void run_norm_rope_check(CudaKernelsTest& t, const NormRopeCheck& c) {
   p.rope_theta = 10000.0f;
   p.gamma = dg.as<float>();
   p.beta = db.as<float>();
-  launch_norm_rope(static_cast<cudaStream_t>(t.stream_->native()), view, c.dt, p, c.which, 0, c.pipe);
+  launch_norm_rope(static_cast<cudaStream_t>(t.stream_->native()), view, c.dt, p, c.which, 0, c.pipe, c.staged);
   t.stream_->synchronize();
   HostTensor got(c.dt, B * S * pitch), got_target(c.dt, target.size());
   t.download(got, dq);
@@ -332,6 +335,97 @@ TEST_F(CudaKernelsTest, NormRopeVectorKernelPipelinedWalk) {
       run_norm_rope_check(*this, {dt, 64, 7, nk, true, false, true, NormRopeKernel::kVector, 4, 50, 100});
       if (HasFatalFailure()) return;
     }
+  }
+}
+
+// The across-heads walk pipelined by whole rows (pipe 12: the next row in registers while
+// this one is reduced and stored), at rows of 12 passes (16-bit D64 x 48 and D128 x 24
+// heads, fp32 D128 x 12) and fewer (5 heads), on one row, 74 rows and 5000 (every warp
+// walks several rows, the two buffers alternate and the walk ends on either), fused and
+// separate, with a head slice out, beside the plain walk on the same rows; a row of more
+// than 12 passes is refused.
+TEST_F(CudaKernelsTest, NormRopeAcrossHeadsPipelinedRows) {
+  for (DType dt : kAllTypes) {
+    const int d_big = dt == DType::kFP32 ? 128 : 64, h_big = dt == DType::kFP32 ? 12 : 48;
+    for (int64_t S : {1, 37, 50}) {
+      const int64_t B = S == 50 ? 100 : S == 37 ? 2 : 1;
+      run_norm_rope_check(*this, {dt, d_big, h_big, NormKind::kRmsAcrossHeads, true, S != 37, S == 37,
+                                  NormRopeKernel::kVector, 12, S, B, 0});
+      run_norm_rope_check(*this, {dt, 128, dt == DType::kFP32 ? 12 : 24, NormKind::kRmsAcrossHeads, S != 1, true,
+                                  S == 50, NormRopeKernel::kVector, 12, S, B, 0});
+      run_norm_rope_check(*this, {dt, 128, 5, NormKind::kRmsAcrossHeads, true, false, true, NormRopeKernel::kVector,
+                                  12, S, B, 0});
+      // The plain walk the layer picks for these rows (the whole row in registers, no
+      // pipelining), on the same rows.
+      run_norm_rope_check(*this, {dt, d_big, h_big, NormKind::kRmsAcrossHeads, true, S == 37, S != 37,
+                                  NormRopeKernel::kVector, 0, S, B, 0});
+      if (HasFatalFailure()) return;
+    }
+  }
+  auto buf = dev_->alloc(static_cast<size_t>(4) * 13 * 128 * 4);
+  QkView v{buf.get(), 13 * 128, 1, 4, 0, 13, 128, {}};  // fp32 D128: a head a pass, 13 passes
+  NormRopeParams p;
+  p.norm = NormKind::kRmsAcrossHeads;
+  auto gamma = dev_->alloc(13 * 128 * 4);
+  p.gamma = gamma.as<float>();
+  EXPECT_THROW(launch_norm_rope(static_cast<cudaStream_t>(stream_->native()), v, DType::kFP32, p,
+                                NormRopeKernel::kVector, 0, 12, 0),
+               Error);
+}
+
+// The shared-memory staged walk (whole rows copied in with cp.async, two buffers per
+// warp in turn), batches of 4 and 8 passes, every norm kind, head_dim 64, 72 and 128 at
+// the benchmark's head counts (rows of 12 to 42 passes), every dtype, fused and separate
+// views with and without a head slice out; at one row (fewer rows than warps: most warps
+// copy nothing, and the empty copy groups must not stall the walk), 37 x 2 rows and
+// 100 x 50 rows (every resident warp walks several rows, buffers alternate). Each
+// against the float64 reference, the moved heads' target and untouched bytes too.
+TEST_F(CudaKernelsTest, NormRopeVectorKernelStagedWalk) {
+  struct Shape {
+    int D, H;
+  };
+  const Shape shapes[] = {{64, 48}, {72, 42}, {128, 24}};
+  struct Rows {
+    int64_t S, B;
+  };
+  const Rows sizes[] = {{1, 1}, {37, 2}, {50, 100}};
+  for (DType dt : kAllTypes) {
+    for (NormKind nk : kNormKinds) {
+      for (const Shape& sh : shapes) {
+        for (int staged : {4, 8}) {
+          for (const Rows& r : sizes) {
+            const bool fused = (sh.D + staged + r.S) % 2 == 0;  // both layouts over the cases, cheaply
+            run_norm_rope_check(*this, {dt, sh.D, sh.H, nk, true, fused, !fused, NormRopeKernel::kVector, -1, r.S,
+                                        r.B, staged});
+            if (HasFatalFailure()) return;
+          }
+        }
+      }
+      // RMS/LayerNorm without RoPE through the staged walk too.
+      if (nk != NormKind::kNone)
+        run_norm_rope_check(*this, {dt, 128, 24, nk, false, true, true, NormRopeKernel::kVector, -1, 37, 2, 4});
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// A row too long for the staged walk's shared memory (56 heads x 128 fp32: 28 KB, two
+// per warp, four warps a block): the launcher's pick falls back to a register walk (and
+// is right), and asking for the staged walk by name is refused with a clear error.
+TEST_F(CudaKernelsTest, NormRopeStagedWalkTooLongRowFallsBack) {
+  run_norm_rope_check(*this, {DType::kFP32, 128, 56, NormKind::kRmsAcrossHeads, true, false, false,
+                              NormRopeKernel::kVector, -1, 37, 2, -1});
+  EXPECT_NE(last_norm_rope_launch().kernel.find("plain"), std::string::npos) << last_norm_rope_launch().kernel;
+  auto buf = dev_->alloc(static_cast<size_t>(4) * 56 * 128 * 4);
+  QkView v{buf.get(), 56 * 128, 1, 4, 0, 56, 128, {}};
+  NormRopeParams p;
+  p.rope = RopeKind::k1D;
+  try {
+    launch_norm_rope(static_cast<cudaStream_t>(stream_->native()), v, DType::kFP32, p, NormRopeKernel::kVector, 0,
+                     -1, 4);
+    ADD_FAILURE() << "the staged walk took a 28 KB row";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("too long for the staged walk"), std::string::npos) << e.what();
   }
 }
 
