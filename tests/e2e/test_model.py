@@ -97,7 +97,15 @@ def test_the_machine_changes_the_model_and_a_bad_one_is_one_clear_error(run, tmp
     m = json.loads((MACHINES / "h200-nvlink.json").read_text())
     m["parameters"]["link_gbps"] = m["parameters"].pop("link_gbs")
     bad.write_text(json.dumps(m))
-    for machine, words in ((str(bad), "unknown parameter 'link_gbps'"), (str(tmp_path / "none.json"), "cannot open")):
+    # A fixed cost below its measured floor (bench_kernels' event hop): refused, naming the range.
+    low = tmp_path / "low.json"
+    m = json.loads((MACHINES / "h200-nvlink.json").read_text())
+    m["parameters"]["event_hop_us"]["value"] = 0.01
+    m["parameters"]["event_hop_us"].pop("fit", None)
+    low.write_text(json.dumps(m))
+    lo, hi = m["parameters"]["event_hop_us"]["range"]
+    for machine, words in ((str(bad), "unknown parameter 'link_gbps'"), (str(tmp_path / "none.json"), "cannot open"),
+                           (str(low), f"event_hop_us.value: 0.01 us is outside its physical range [{lo:g}, {hi:g}] us")):
         p = run(2, deck, "--mode", "model", "--machine", machine, "-o", str(tmp_path / "x.h5"))
         assert p.returncode == 2, p.stderr
         lines = [ln for ln in p.stderr.splitlines() if "error" in ln]
@@ -117,7 +125,8 @@ def test_model_tools_replay_and_fit_against_a_stored_gpu_report(app, run, tmp_pa
     pair = f"{FLOOR}={traces}"
     v = subprocess.run([app, "model", "validate", "--pair", pair], capture_output=True, text=True)
     assert v.returncode == 0, v.stderr
-    assert v.stdout.count("floor-np2.h5") == 6 and "runs with the layer within 10%" in v.stdout
+    assert v.stdout.count("floor-np2.h5") == 7 and "runs with the layer within 10%" in v.stdout
+    assert v.stdout.strip().splitlines()[-1].startswith("summary: ")
     # A fit of two parameters only (fast): the fitted file loads and replays no worse.
     m = json.loads((MACHINES / "h200-nvlink-prior.json").read_text())
     for name, p_ in m["parameters"].items():
