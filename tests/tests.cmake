@@ -21,9 +21,13 @@ if(ULYSSES_HAVE_CUDA)
   ulysses_add_test(test_cuda_kernels SOURCES test_cuda_kernels.cpp LIBS ulysses_cuda LABELS gpu)
   ulysses_add_test(test_cuda_device SOURCES test_cuda_device.cpp LIBS ulysses_cuda ulysses_comm LABELS gpu NP 1 2 4)
   add_executable(bench_kernels ${PROJECT_SOURCE_DIR}/benchmarks/bench_kernels.cpp
+                               ${PROJECT_SOURCE_DIR}/benchmarks/bench_nccl.cpp
                                ${PROJECT_SOURCE_DIR}/benchmarks/bench_probe.cu)
-  target_link_libraries(bench_kernels PRIVATE ulysses_cuda ulysses_lib ${HDF5_C_LIBRARIES} ulysses_flags)
-  target_include_directories(bench_kernels PRIVATE ${HDF5_INCLUDE_DIRS})
+  target_link_libraries(bench_kernels PRIVATE ulysses_cuda ulysses_lib ${HDF5_C_LIBRARIES} ${ULYSSES_NCCL_LIB}
+                        ulysses_flags)
+  target_include_directories(bench_kernels PRIVATE ${HDF5_INCLUDE_DIRS} ${PROJECT_BINARY_DIR}/generated)
+  target_include_directories(bench_kernels SYSTEM PRIVATE ${ULYSSES_NCCL_INCLUDE})
+  add_dependencies(bench_kernels ulysses_git_rev)
 endif()
 
 # End to end: the real program under mpirun on shipped and generated decks, read back
