@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include "base/error.hpp"
 #include "lib/cli.hpp"
 #include "lib/model_bench.hpp"
+#include "lib/model_predict.hpp"
 #include "lib/report.hpp"
 #include "lib/trace_report.hpp"
 #include "lib/traced_layer.hpp"
@@ -42,6 +44,8 @@ struct Options {
   std::map<std::string, std::string> ablation;
   bool markdown = false;
   std::vector<int> nccl_ranks;  // `model nccl`: the rank counts of the modelled sweep
+  std::vector<std::string> gemms, attentions;  // `model kernel`: M,N,K and B,H,S,D shapes (bf16)
+  std::vector<std::string> predict_reports;     // `model predict`: --mode model reports
   std::vector<std::string> bench_args;                       // MEASURED=BENCH.h5
   std::map<std::string, std::string> bench;                  // measured report -> its code's bench_kernels file
   std::string rates;  // a bench_kernels file whose norm+RoPE profile becomes the machine's
@@ -101,6 +105,17 @@ void declare(CLI::App& app, Options& o) {
   n->add_option("--ranks", o.nccl_ranks, "rank counts (ranks fill nodes in order) [default: 2 4 8]")
       ->check(CLI::Range(2, 1 << 16));
   n->add_flag("--markdown", o.markdown, "a markdown table");
+  CLI::App* pr = app.add_subcommand(
+      "predict", "Replay --mode model reports on the machine, with each run's most sensitive parameter (JSON; MODELLED).");
+  pr->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
+  pr->add_option("--rates", o.rates, "a bench_kernels -o file: its norm+RoPE profile becomes the machine's")
+      ->type_name("BENCH.h5");
+  pr->add_option("reports", o.predict_reports, "--mode model reports")->required()->type_name("REPORT.h5");
+  pr->add_option("-o,--output", o.output, "the JSON to write")->required()->type_name("OUT.json");
+  CLI::App* k = app.add_subcommand("kernel", "The modelled rate of a bf16 GEMM or attention on the machine (MODELLED).");
+  k->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
+  k->add_option("--gemm", o.gemms, "a GEMM M,N,K (bf16 in and out; repeatable)")->type_name("M,N,K");
+  k->add_option("--attention", o.attentions, "an attention B,H,S,D (bf16, forward; repeatable)")->type_name("B,H,S,D");
 }
 
 Options parse(int argc, char** argv, std::string* text) {
@@ -109,7 +124,7 @@ Options parse(int argc, char** argv, std::string* text) {
   declare(app, o);
   *text = cli::parse(app, std::vector<std::string>(argv, argv + argc));
   if (!text->empty()) return o;
-  for (const char* name : {"calibrate", "validate", "loo", "nccl"})
+  for (const char* name : {"calibrate", "validate", "loo", "nccl", "kernel", "predict"})
     if (app.got_subcommand(name)) o.command = name;
   for (const std::string& v : o.pair_args) {
     const size_t eq = v.find('=');
@@ -395,6 +410,62 @@ int print_modeled_alltoall(const model::Machine& m, std::vector<int> ranks, bool
   return 0;
 }
 
+std::vector<int64_t> shape_of(const std::string& v, size_t n, const std::string& what) {
+  std::vector<int64_t> out;
+  std::string cur;
+  for (char c : v + ",") {
+    if (c != ',') {
+      cur += c;
+      continue;
+    }
+    char* end = nullptr;
+    const long long x = std::strtoll(cur.c_str(), &end, 10);
+    if (cur.empty() || *end != '\0' || x <= 0) throw InputError("model kernel: " + what + " '" + v + "': not positive integers");
+    out.push_back(x);
+    cur.clear();
+  }
+  if (out.size() != n) throw InputError("model kernel: " + what + " '" + v + "': needs " + std::to_string(n) + " numbers");
+  return out;
+}
+
+// The standalone time of one kernel on an idle GPU of `m` (its work plus the kernel's
+// fixed cost), as a benchmark timing it back to back would see it.
+int print_modeled_kernels(const model::Machine& m, const std::vector<std::string>& gemms,
+                          const std::vector<std::string>& attentions) {
+  std::printf("# MODELLED kernel rates on %s (bf16; the kernel's fixed cost %.2f us included)\n", m.name.c_str(),
+              m.p("kernel_latency_us"));
+  for (const std::string& g : gemms) {
+    const std::vector<int64_t> d = shape_of(g, 3, "--gemm");
+    model::Op op;
+    op.kind = model::OpKind::kKernel;
+    op.kernel = model::KernelKind::kGemm;
+    op.flops = 2.0 * d[0] * d[1] * d[2];
+    op.dims[0] = d[0];
+    op.dims[1] = d[1];
+    op.dims[2] = d[2];
+    op.dims[3] = 2;
+    const double ms = model::standalone_work_ms(op, m, false) + m.p("kernel_latency_us") * 1e-3;
+    std::printf("gemm      M%lld N%lld K%lld: %.3f ms, %.1f TFLOP/s\n", static_cast<long long>(d[0]),
+                static_cast<long long>(d[1]), static_cast<long long>(d[2]), ms, op.flops / ms * 1e-9);
+  }
+  for (const std::string& a : attentions) {
+    const std::vector<int64_t> d = shape_of(a, 4, "--attention");
+    model::Op op;
+    op.kind = model::OpKind::kKernel;
+    op.kernel = model::KernelKind::kAttention;
+    op.flops = 4.0 * d[0] * d[1] * d[2] * d[2] * d[3];
+    op.dims[0] = d[0];  // B S H D, as the trace records attention
+    op.dims[1] = d[2];
+    op.dims[2] = d[1];
+    op.dims[3] = d[3];
+    const double ms = model::standalone_work_ms(op, m, false) + m.p("kernel_latency_us") * 1e-3;
+    std::printf("attention B%lld H%lld S%lld D%lld: %.3f ms, %.1f TFLOP/s\n", static_cast<long long>(d[0]),
+                static_cast<long long>(d[1]), static_cast<long long>(d[2]), static_cast<long long>(d[3]), ms,
+                op.flops / ms * 1e-9);
+  }
+  return 0;
+}
+
 std::string today() {
   std::time_t now = std::time(nullptr);
   char b[16];
@@ -414,6 +485,8 @@ int model_command(int argc, char** argv) {
   model::Machine base = model::load_machine(machine_path(o.machine));
   if (!o.rates.empty()) base.norm_rope = read_norm_rope_profile(o.rates);
   if (o.command == "nccl") return print_modeled_alltoall(base, o.nccl_ranks, o.markdown);
+  if (o.command == "kernel") return print_modeled_kernels(base, o.gemms, o.attentions);
+  if (o.command == "predict") return model_predict(o.predict_reports, base, o.output);
   const std::vector<Joined> joined = join_pairs(o);
 
   if (o.command == "calibrate") {

@@ -48,6 +48,9 @@ def main():
         q[k] = {"value": round(p[k]["value"] * scale, 2), "unit": "GB/s",
                 "source": f"H200's {p[k]['value']} GB/s x 3350/4800 (HBM spec ratio; derive.py)",
                 "range": [100, 3350], "range_source": hbm_range}
+    for pt in h100.get("norm_rope_profile", []):
+        pt["source"] = f"H200's {pt['gbs']:.1f} GB/s x 3350/4800 (HBM spec ratio; derive.py): " + pt["source"]
+        pt["gbs"] = round(pt["gbs"] * scale, 2)
     q["sm_count"] = {"value": 132, "unit": "SMs", "source": "spec: H100 SXM, 132 SMs", "range": [132, 132],
                      "range_source": "spec: H100 SXM has 132 SMs"}
     for k, v in q.items():
