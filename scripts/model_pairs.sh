@@ -6,6 +6,7 @@
 # current code's bench_kernels file: the machine's own norm+RoPE profile).
 M2=docs/measured/2026-11-29-h200x2
 M1=docs/measured/2026-12-01-h200
+# shellcheck disable=SC2034  # read by the scripts that source this file
 RATES=$M1/bench_kernels-pipelined.h5
 PAIRS=()
 for r in multi-flux-dev-1024-np2 multi-flux-dev-2048-np2 multi-hunyuanvideo-720p-np2 latency-floor/floor-np2; do

@@ -38,6 +38,11 @@ set_tests_properties(e2e PROPERTIES LABELS "e2e;mpi" TIMEOUT 1200
                      ENVIRONMENT "${ULYSSES_TEST_ENV};ULYSSES_IPC=$<TARGET_FILE:ulysses-ipc>")
 add_test(NAME shipped_decks COMMAND ${PROJECT_SOURCE_DIR}/inputs/make_decks.sh --check)
 set_tests_properties(shipped_decks PROPERTIES LABELS "unit" ENVIRONMENT "ULYSSES_IPC=$<TARGET_FILE:ulysses-ipc>")
+# docs/predictions.md against what HEAD's model gives: flux-dev-1024 (every transport and
+# schedule, 4 and 8 ranks) regenerated and found line by line in the committed page.
+add_test(NAME predictions_current COMMAND ${PROJECT_SOURCE_DIR}/scripts/model_predictions.sh --check)
+set_tests_properties(predictions_current PROPERTIES LABELS "e2e;mpi" TIMEOUT 300
+                     ENVIRONMENT "${ULYSSES_TEST_ENV};ULYSSES_IPC=$<TARGET_FILE:ulysses-ipc>;OUT=${PROJECT_BINARY_DIR}/predictions-check")
 
 # The deck on the wire (lib/deck_wire.*): encoding, root-only read shared with every
 # rank, the per-rank memory estimate. Writes a deck with HDF5 to spoil one field.
