@@ -12,6 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 APP=${ULYSSES_IPC:-${BUILD_DIR:-build}/app/ulysses-ipc}
 T=$(./scripts/model_traces.sh 2>/dev/null | tail -1)
+# shellcheck source=scripts/model_pairs.sh disable=SC1091  # linted on its own
 . scripts/model_pairs.sh
 if [[ ${1:-} == --write ]]; then
   "$APP" model calibrate --machine inputs/machines/h200-nvlink-prior.json "${PAIRS[@]}" --rates "$RATES" \
