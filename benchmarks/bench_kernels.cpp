@@ -12,7 +12,10 @@
 //    for it needs SMs;
 //  - latency floor: the parts of a scatter's fixed cost (event hop between streams,
 //    stream-memory-op round trip, a small copy, and the host's cost to enqueue each);
-//  - with two GPUs or more, the peer link in the Ulysses2 scatter's shape.
+//  - with two GPUs or more, the peer link in the Ulysses2 scatter's shape;
+//  - nccl: with two GPUs or more, NCCL's all-to-all on 2..N of them, 1 KB .. 1 GB
+//    (benchmarks/bench_nccl.cpp, like nccl-tests' alltoall_perf).
+// The HDF5 output names the code it measured (attribute `revision`, git describe).
 // Every wait is bounded (the device layer's watchdog; probe kernels end on the GPU clock).
 #include <cuda_runtime.h>
 
@@ -31,10 +34,12 @@
 
 #include "base/dtype.hpp"
 #include "base/error.hpp"
+#include "benchmarks/bench_nccl.hpp"
 #include "benchmarks/bench_probe.hpp"
 #include "comm/cuda_device.hpp"
 #include "kernels/cuda_internal.hpp"
 #include "kernels/cuda_kernels.hpp"
+#include "git_rev.h"
 #include "lib/hdf5_file.hpp"
 
 namespace {
@@ -615,7 +620,7 @@ void attention_rows(Device& dev, Stream& s, std::vector<Row>& rows) {
 }
 
 void write_h5(const std::string& path, const std::vector<Row>& rows, const std::vector<NormCell>& cells,
-              double bound_tbs, const std::string& device) {
+              double bound_tbs, const std::string& device, const std::vector<bench::AllToAllPoint>& nccl) {
   auto f = h5::File::create(path);
   if (!cells.empty()) {
     h5::Group g = f.root().create_group("norm_rope_table");
@@ -668,6 +673,7 @@ void write_h5(const std::string& path, const std::vector<Row>& rows, const std::
   {
     h5::Group g = f.root().create_group("bench_kernels");
     g.write_attr("device", device);
+    g.write_attr("revision", ULYSSES_GIT_REV);
     std::vector<std::string> section, what, shape, unit, note;
     std::vector<double> ms, rate, of_bound;
     for (const auto& r : rows) {
@@ -689,6 +695,7 @@ void write_h5(const std::string& path, const std::vector<Row>& rows, const std::
     g.write_attr("rate", rate);
     g.write_attr("of_bound", of_bound);
   }
+  bench::write_alltoall_h5(f, nccl);
   f.close();
 }
 
@@ -697,13 +704,16 @@ void write_h5(const std::string& path, const std::vector<Row>& rows, const std::
 int main(int argc, char** argv) {
   std::string out_path;
   std::string only;  // a comma-separated list of sections, or all
+  int nccl_ranks = 0;  // the all-to-all sweep's largest rank count (0: every visible GPU)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if ((a == "-o" || a == "--output") && i + 1 < argc) out_path = argv[++i];
     else if (a == "--sections" && i + 1 < argc) only = argv[++i];
+    else if (a == "--nccl-ranks" && i + 1 < argc) nccl_ranks = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
-                   "usage: bench_kernels [-o FILE.h5] [--sections bounds,attention,norm,gemm,copies,where,latency,peer]\n");
+                   "usage: bench_kernels [-o FILE.h5] [--sections bounds,attention,norm,gemm,copies,where,latency,peer,nccl]"
+                   " [--nccl-ranks N (0: every GPU)]\n");
       return 2;
     }
   }
@@ -728,6 +738,12 @@ int main(int argc, char** argv) {
     if (want("where")) where_rows(*dev, rows);
     if (want("latency")) latency_rows(*dev, rows);
     if (want("peer")) peer_rows(rows);
+    std::vector<bench::AllToAllPoint> nccl;
+    if (want("nccl")) {
+      std::string why;
+      nccl = bench::nccl_alltoall_sweep(nccl_ranks, 1024, int64_t{1} << 30, &why);
+      if (nccl.empty()) rows.push_back({"nccl", "NCCL all-to-all sweep", "", 0, 0, "", kNoBound, why});
+    }
     std::printf("\n%-10s | %-60s | %-34s | %9s | %9s %-8s | %6s | %s\n", "section", "what", "shape", "ms", "rate", "",
                 "bound", "note");
     std::printf("%s\n", std::string(170, '-').c_str());
@@ -738,8 +754,9 @@ int main(int argc, char** argv) {
                   r.shape.c_str(), r.ms, r.rate, r.unit.c_str(), ob, r.note.c_str());
     }
     if (!cells.empty()) print_norm_table(cells, bound);
-    std::printf("device: %s\n", dev->name().c_str());
-    if (!out_path.empty()) write_h5(out_path, rows, cells, bound, dev->name());
+    bench::print_alltoall(nccl);
+    std::printf("device: %s; code %s\n", dev->name().c_str(), ULYSSES_GIT_REV);
+    if (!out_path.empty()) write_h5(out_path, rows, cells, bound, dev->name(), nccl);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_kernels: %s\n", e.what());

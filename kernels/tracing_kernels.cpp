@@ -32,7 +32,8 @@ void TracingKernels::gemm(Stream& s, const void* in, int64_t lda, const void* w,
 void TracingKernels::norm_rope(Stream& s, const QkView& x, DType dtype, const NormRopeParams& p) {
   const int64_t rows = x.batch * x.tokens_per_batch;
   const double bytes = 2 * d(rows) * d(x.heads) * d(x.head_dim) * d(static_cast<int64_t>(dtype_size(dtype)));
-  model::Op op = kernel_op(model::KernelKind::kNormRope, 0, bytes, rows, x.heads, x.head_dim, 0);
+  model::Op op = kernel_op(model::KernelKind::kNormRope, 0, bytes, rows, x.heads, x.head_dim,
+                           model::norm_rope_code(static_cast<int>(p.norm), static_cast<int>(dtype)));
   dev_.record_op(s, op, true, [&](Stream& in_s) { inner_->norm_rope(in_s, x, dtype, p); });
 }
 

@@ -9,7 +9,13 @@
 
 namespace uipc::model {
 
-std::vector<double> modeled_stages(const ReplayCase& c, const Machine& m, int num_stages) {
+std::vector<double> modeled_stages(const ReplayCase& c, const Machine& machine, int num_stages) {
+  Machine own;
+  if (!c.norm_rope.empty()) {
+    own = machine;
+    own.norm_rope = c.norm_rope;
+  }
+  const Machine& m = c.norm_rope.empty() ? machine : own;
   Timeline tl = simulate(c.traces, m);
   std::vector<double> crit(num_stages, -std::numeric_limits<double>::infinity());
   for (size_t r = 0; r < c.terms.size() && r < tl.ranks.size(); ++r) {
@@ -141,7 +147,14 @@ FitResult calibrate(const std::vector<ReplayCase>& cases, const Machine& start, 
   f.set(u);
   FitResult r;
   r.machine = f.machine;
-  for (const std::string& name : f.names) r.machine.params.at(name).source = "fitted: " + fitted_from;
+  for (const std::string& name : f.names) {
+    Param& p = r.machine.params.at(name);
+    // The box [lo, hi] lies inside the physical range (parse_machine), and the search
+    // only evaluates clamped points: a fitted value outside it would be a bug here.
+    if (p.value < p.range_lo || p.value > p.range_hi)
+      throw RuntimeError("calibrate: " + name + " fitted to " + std::to_string(p.value) + ", outside its range");
+    p.source = "fitted: " + fitted_from;
+  }
   r.objective = best;
   r.evaluations = f.evaluations;
   return r;

@@ -28,6 +28,9 @@ struct ReplayCase {
   std::vector<RankTrace> traces;                  // every rank's
   std::vector<std::vector<StageTerm>> terms;      // [rank]
   std::vector<double> measured;                   // per stage, the measured critical path (NaN: none)
+  // The norm+RoPE profile of the code that ran the measured report (its own bench_kernels
+  // run), replacing the machine's: empty for the machine's own.
+  std::vector<NormRopePoint> norm_rope;
 };
 
 // Per stage: the modelled critical path (max over ranks) of the case on `m`.
@@ -41,7 +44,10 @@ struct FitResult {
 
 // Fits every parameter of `start` marked free (Param::free, within [lo, hi]) to the
 // cases' measured stages by Nelder-Mead on the mean squared log ratio, from `start`'s
-// values, restarted until it stops improving. Deterministic. `fitted_from` goes into
+// values, restarted until it stops improving. Deterministic. Bounded: the search runs on
+// u in [0, 1] per parameter (value = lo + u (hi - lo)), evaluates only clamped points and
+// pays for leaving the box, so every fitted value stays inside [lo, hi], which
+// parse_machine keeps inside the parameter's physical range (micro-benchmark floors). `fitted_from` goes into
 // the fitted parameters' source.
 FitResult calibrate(const std::vector<ReplayCase>& cases, const Machine& start, int num_stages,
                     const std::string& fitted_from);

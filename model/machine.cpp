@@ -2,7 +2,9 @@
 // checked field by field.
 #include "model/machine.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -11,6 +13,9 @@
 #include "base/error.hpp"
 
 namespace uipc::model {
+
+const char* const kNormKindNames[4] = {"none", "rms", "rms_across_heads", "layer"};
+const char* const kDTypeNames[3] = {"bf16", "fp16", "fp32"};
 
 const std::vector<ParamSpec>& parameter_specs() {
   static const std::vector<ParamSpec> specs = {
@@ -44,7 +49,11 @@ const std::vector<ParamSpec>& parameter_specs() {
       {"nic_gbs", "GB/s", 0.1, 1e4, "network per GPU and direction (one NIC per GPU)"},
       {"nic_latency_us", "us", 0, 1e5, "network latency between nodes"},
       {"nccl_latency_us", "us", 0, 1e5, "fixed cost of a NCCL collective"},
-      {"nccl_link_fraction", "1", 0.01, 1, "NCCL's share of the link's rate in its collectives"},
+      {"nccl_link_fraction", "1", 0.01, 1,
+       "most of the link's rate NCCL reaches with many peers in flight (its protocol overhead), as a fraction"},
+      {"nccl_peer_gbs", "GB/s", 1, 1e4,
+       "NCCL's rate to one peer (its channels per peer x a channel's rate): a rank with k peers sends at "
+       "min(k x this, link x nccl_link_fraction)"},
       {"nccl_nic_fraction", "1", 0.01, 1, "NCCL's share of the NIC's rate across nodes"},
       {"start_skew_us", "us", 0, 1e5, "ranks leave the barrier before a layer spread over this time"},
       {"gpu_speed_spread", "1", 0, 0.2, "GPUs differ in speed: the last rank's kernels are this fraction slower"},
@@ -106,7 +115,7 @@ Machine parse_machine(const std::string& json_text, const std::string& where) {
     bad(where, std::string("not valid JSON: ") + e.what());
   }
   if (!j.is_object()) bad(where, "must be a JSON object");
-  only_keys(j, where, {"name", "description", "topology", "parameters", "attention_profile"});
+  only_keys(j, where, {"name", "description", "topology", "parameters", "attention_profile", "norm_rope_profile"});
   Machine m;
   for (const char* f : {"name", "topology", "parameters", "attention_profile"})
     if (!j.contains(f)) bad(where, std::string("missing field '") + f + "'");
@@ -132,25 +141,38 @@ Machine parse_machine(const std::string& json_text, const std::string& where) {
     if (!ps.contains(s.name)) bad(where, "missing parameter '" + std::string(s.name) + "' (" + s.meaning + ")");
     const json& pj = ps[s.name];
     if (!pj.is_object()) bad(where, f + ": must be an object {\"value\": ..., \"source\": ...}");
-    only_keys(pj, where + ": " + f, {"value", "unit", "source", "fit"});
-    if (!pj.contains("value") || !pj.contains("source")) bad(where, f + ": needs a value and its source");
+    only_keys(pj, where + ": " + f, {"value", "unit", "source", "range", "range_source", "fit"});
+    for (const char* k : {"value", "unit", "source", "range", "range_source"})
+      if (!pj.contains(k))
+        bad(where, f + ": needs a value, its unit, its source, its physical range [lo, hi] and the range's source (" +
+                       k + " missing)");
     Param p;
     p.value = number(pj["value"], where, f + ".value");
     p.source = text(pj["source"], where, f + ".source");
     if (p.source.empty()) bad(where, f + ".source: say where the value comes from");
-    if (pj.contains("unit") && text(pj["unit"], where, f + ".unit") != s.unit)
+    if (text(pj["unit"], where, f + ".unit") != s.unit)
       bad(where, f + ".unit: is '" + pj["unit"].get<std::string>() + "', expected '" + s.unit + "'");
-    if (p.value < s.min || p.value > s.max)
-      bad(where, f + ".value: " + fmt(p.value) + " is outside [" + fmt(s.min) + ", " + fmt(s.max) + "] " + s.unit);
+    const json& rg = pj["range"];
+    if (!rg.is_array() || rg.size() != 2) bad(where, f + ".range: must be [lo, hi]");
+    p.range_lo = number(rg[0], where, f + ".range[0]");
+    p.range_hi = number(rg[1], where, f + ".range[1]");
+    p.range_source = text(pj["range_source"], where, f + ".range_source");
+    if (p.range_source.empty()) bad(where, f + ".range_source: say where the physical range comes from");
+    if (!(p.range_lo <= p.range_hi) || p.range_lo < s.min || p.range_hi > s.max)
+      bad(where, f + ".range: [" + fmt(p.range_lo) + ", " + fmt(p.range_hi) + "] must be ordered and lie in [" +
+                     fmt(s.min) + ", " + fmt(s.max) + "] " + s.unit);
+    if (p.value < p.range_lo || p.value > p.range_hi)
+      bad(where, f + ".value: " + fmt(p.value) + " " + s.unit + " is outside its physical range [" + fmt(p.range_lo) +
+                     ", " + fmt(p.range_hi) + "] " + s.unit + " (" + p.range_source + ")");
     if (pj.contains("fit")) {
       const json& r = pj["fit"];
       if (!r.is_array() || r.size() != 2) bad(where, f + ".fit: must be [lo, hi]");
       p.free = true;
       p.lo = number(r[0], where, f + ".fit[0]");
       p.hi = number(r[1], where, f + ".fit[1]");
-      if (!(p.lo <= p.value && p.value <= p.hi) || p.lo < s.min || p.hi > s.max)
-        bad(where, f + ".fit: [" + fmt(p.lo) + ", " + fmt(p.hi) + "] must hold the value and lie in [" + fmt(s.min) +
-                       ", " + fmt(s.max) + "]");
+      if (!(p.lo <= p.value && p.value <= p.hi) || p.lo < p.range_lo || p.hi > p.range_hi)
+        bad(where, f + ".fit: [" + fmt(p.lo) + ", " + fmt(p.hi) + "] must hold the value and lie in the physical range [" +
+                       fmt(p.range_lo) + ", " + fmt(p.range_hi) + "] " + s.unit);
     }
     m.params[s.name] = p;
   }
@@ -175,6 +197,35 @@ Machine parse_machine(const std::string& json_text, const std::string& where) {
     if (pt.source.empty()) bad(where, f + ".source: say where the rate comes from");
     m.attention.push_back(pt);
   }
+
+  if (j.contains("norm_rope_profile")) {
+    const json& nr = j["norm_rope_profile"];
+    if (!nr.is_array()) bad(where, "norm_rope_profile: must be an array of measured points");
+    for (size_t i = 0; i < nr.size(); ++i) {
+      const std::string f = "norm_rope_profile[" + std::to_string(i) + "]";
+      const json& a = nr[i];
+      if (!a.is_object()) bad(where, f + ": must be an object");
+      only_keys(a, where + ": " + f, {"norm", "dtype", "head_dim", "gbs", "source"});
+      for (const char* k : {"norm", "dtype", "head_dim", "gbs", "source"})
+        if (!a.contains(k)) bad(where, f + ": missing '" + k + "'");
+      NormRopePoint pt;
+      pt.norm = text(a["norm"], where, f + ".norm");
+      pt.dtype = text(a["dtype"], where, f + ".dtype");
+      if (std::find(std::begin(kNormKindNames), std::end(kNormKindNames), pt.norm) == std::end(kNormKindNames))
+        bad(where, f + ".norm: '" + pt.norm + "' is not none, rms, rms_across_heads or layer");
+      if (std::find(std::begin(kDTypeNames), std::end(kDTypeNames), pt.dtype) == std::end(kDTypeNames))
+        bad(where, f + ".dtype: '" + pt.dtype + "' is not bf16, fp16 or fp32");
+      pt.head_dim = static_cast<int>(whole(a["head_dim"], where, f + ".head_dim", 1, 1024));
+      pt.gbs = number(a["gbs"], where, f + ".gbs");
+      const Param& hbm = m.params.at("hbm_gbs");
+      if (!(pt.gbs > 0) || pt.gbs > hbm.range_hi)
+        bad(where, f + ".gbs: " + fmt(pt.gbs) + " GB/s is outside its physical range (0, " + fmt(hbm.range_hi) +
+                       "] GB/s (hbm_gbs' range: read + write cannot exceed HBM)");
+      pt.source = text(a["source"], where, f + ".source");
+      if (pt.source.empty()) bad(where, f + ".source: say where the rate comes from");
+      m.norm_rope.push_back(pt);
+    }
+  }
   return m;
 }
 
@@ -194,7 +245,11 @@ std::string machine_to_json(const Machine& m) {
   json ps = json::object();
   for (const ParamSpec& s : parameter_specs()) {
     const Param& p = m.params.at(s.name);
-    json pj = {{"value", p.value}, {"unit", s.unit}, {"source", p.source}};
+    json pj = {{"value", p.value},
+               {"unit", s.unit},
+               {"source", p.source},
+               {"range", {p.range_lo, p.range_hi}},
+               {"range_source", p.range_source}};
     if (p.free) pj["fit"] = {p.lo, p.hi};
     ps[s.name] = pj;
   }
@@ -204,6 +259,12 @@ std::string machine_to_json(const Machine& m) {
     att.push_back({{"head_dim", a.head_dim}, {"batch", a.batch}, {"heads", a.heads}, {"seq", a.seq},
                    {"tflops", a.tflops}, {"source", a.source}});
   j["attention_profile"] = att;
+  if (!m.norm_rope.empty()) {
+    json nr = json::array();
+    for (const auto& a : m.norm_rope)
+      nr.push_back({{"norm", a.norm}, {"dtype", a.dtype}, {"head_dim", a.head_dim}, {"gbs", a.gbs}, {"source", a.source}});
+    j["norm_rope_profile"] = nr;
+  }
   return j.dump(2) + "\n";
 }
 

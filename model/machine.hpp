@@ -1,9 +1,10 @@
 // A machine description for the simulator: topology, rates, latencies and host costs,
 // each value with where it comes from (a measurement and its command, a spec, or a fit).
 // Read from JSON (inputs/machines/*.json; format in docs/model.md) and written back by
-// the calibration. Parameters are a closed, named set (kParameters in machine.cpp): an
-// unknown or missing name, a value out of its range or a value without a source is an
-// InputError naming the file and the parameter.
+// the calibration. Parameters are a closed, named set (parameter_specs() in machine.cpp):
+// an unknown or missing name, a value without a source, or a value outside the physical
+// range the file gives for it (with the range's own source: a spec, a micro-benchmark
+// floor) is an InputError naming the file, the parameter, the value and the range.
 #pragma once
 
 #include <map>
@@ -17,6 +18,10 @@ struct Param {
   std::string source;   // "bench_kernels (...)", "spec: ...", "fitted: ..."
   bool free = false;    // the calibration may move it, within [lo, hi]
   double lo = 0, hi = 0;
+  // What the hardware allows (a spec's ceiling, a micro-benchmark's floor), and why:
+  // no value, fitted or typed, may leave it.
+  double range_lo = 0, range_hi = 0;
+  std::string range_source;
 };
 
 // A measured attention rate at one shape (cuDNN SDPA, forward). The simulator
@@ -29,17 +34,33 @@ struct AttentionPoint {
   std::string source;
 };
 
+// A measured norm+RoPE rate (bytes read + written per second) of one norm kind, dtype
+// and head_dim (bench_kernels' dispatched kernel, Q and K in the fused QKV view). The
+// simulator takes the point of the kernel's kind and type with the nearest head_dim;
+// without a profile, or for a trace that did not record kind and type, norm_rope_gbs.
+struct NormRopePoint {
+  std::string norm = "rms";   // "none", "rms", "rms_across_heads", "layer" (NormKind's order)
+  std::string dtype = "bf16"; // "bf16", "fp16", "fp32" (DType's order)
+  int head_dim = 128;
+  double gbs = 0;
+  std::string source;
+};
+extern const char* const kNormKindNames[4];
+extern const char* const kDTypeNames[3];
+
 struct Machine {
   std::string name, description;
   int gpus_per_node = 8;
   int nodes = 1;
   std::map<std::string, Param> params;
   std::vector<AttentionPoint> attention;
+  std::vector<NormRopePoint> norm_rope;  // may be empty
 
   double p(const std::string& name) const;  // the value; throws for an unknown name
 };
 
-// The names, units and sanity ranges of every parameter (for messages and docs).
+// The names, units and sanity ranges of every parameter (for messages and docs); a
+// file's physical range must lie inside the sanity range.
 struct ParamSpec {
   const char* name;
   const char* unit;

@@ -25,7 +25,7 @@ struct Rates {
   double gemm, attention_scale, norm, stream, sm_copy, copy_engine, link, nic;  // per ms
   double kernel_lat, copy_lat, hop, memop, link_lat, nic_lat, nccl_lat;         // ms
   double host_launch, host_copy, host_api, skew;                                // ms
-  double sm_copy_share, kernel_share, ipc_factor, nccl_link, nccl_nic, fp32_out, spread, peer_beside_gemm;
+  double sm_copy_share, kernel_share, ipc_factor, nccl_link, nccl_nic, nccl_peer, fp32_out, spread, peer_beside_gemm;
   double copy_behind_gemm;
   int engines;
   bool peer_on_sm;
@@ -61,6 +61,7 @@ struct Rates {
     ipc_factor = mc.p("ipc_mapping_factor");
     nccl_link = mc.p("nccl_link_fraction");
     nccl_nic = mc.p("nccl_nic_fraction");
+    nccl_peer = gbs("nccl_peer_gbs");
     fp32_out = mc.p("gemm_fp32_out_factor");
     spread = mc.p("gpu_speed_spread");
     peer_beside_gemm = mc.p("peer_copy_share_beside_gemm");
@@ -115,6 +116,19 @@ double attention_rate(const Rates& r, int64_t batch, int64_t seq, int64_t heads,
   return tf * 1e9 * r.attention_scale * wave_efficiency(attention_tiles(batch, heads, seq), r.sm_count);
 }
 
+// Bytes per ms of a norm+RoPE kernel: the profile's point of its norm kind and dtype with
+// the nearest head_dim, else the machine's one rate (no profile, or an older trace).
+double norm_rope_rate(const Rates& r, const Op& op) {
+  const int kind = norm_rope_kind(op.dims[3]), dtype = norm_rope_dtype(op.dims[3]);
+  if (kind < 0 || kind > 3 || dtype < 0 || dtype > 2) return r.norm;
+  const NormRopePoint* best = nullptr;
+  for (const NormRopePoint& p : r.m->norm_rope) {
+    if (p.norm != kNormKindNames[kind] || p.dtype != kDTypeNames[dtype]) continue;
+    if (!best || std::llabs(p.head_dim - op.dims[2]) < std::llabs(best->head_dim - op.dims[2])) best = &p;
+  }
+  return best ? best->gbs * 1e6 : r.norm;
+}
+
 // Work of a kernel or local copy in ms of its standalone time (after its latency).
 double sm_work_ms(const Op& op, const Rates& r) {
   switch (op.kind) {
@@ -126,7 +140,7 @@ double sm_work_ms(const Op& op, const Rates& r) {
         }
         case KernelKind::kAttention:
           return op.flops / attention_rate(r, op.dims[0], op.dims[1], op.dims[2], op.dims[3]);
-        case KernelKind::kNormRope: return op.bytes / r.norm;
+        case KernelKind::kNormRope: return op.bytes / norm_rope_rate(r, op);
         case KernelKind::kConvert:
         case KernelKind::kNone: return op.bytes / r.stream;
       }
@@ -451,6 +465,13 @@ class Simulation {
     }
   }
 
+  // NCCL inside a node: each peer gets its own channels (nccl_peer_gbs of them together),
+  // so a rank sending to k peers reaches min(k x peer rate, the link's NCCL ceiling); a
+  // ring all-reduce runs every channel to one neighbour and reaches the ceiling. Across
+  // nodes the rank's one NIC is the bottleneck (NCCL does not aggregate NICs in an
+  // all-to-all). Public anchors and the fit: docs/model.md, "NCCL as it scales".
+  double nvlink_rate(int peers) const { return std::min(peers * r_.nccl_peer, r_.link * r_.nccl_link); }
+
   double collective_ms(const Op& op, const std::vector<int>& members) const {
     const double p = static_cast<double>(members.size());
     if (members.size() <= 1) return r_.nccl_lat + (op.collective == CollectiveKind::kAllToAll ? 2 * op.bytes / r_.sm_copy : 0);
@@ -458,24 +479,23 @@ class Simulation {
     for (int a : members)
       for (int b : members) cross = cross || r_.node_of(a) != r_.node_of(b);
     const double lat = r_.nccl_lat + (cross ? r_.nic_lat : 0.0);
-    if (op.collective == CollectiveKind::kSendRecv) {
-      const double bw = cross ? r_.nic * r_.nccl_nic : r_.link * r_.nccl_link;
-      return lat + op.bytes / bw;
-    }
+    const double nic = r_.nic * r_.nccl_nic;
+    if (op.collective == CollectiveKind::kSendRecv) return lat + op.bytes / (cross ? nic : nvlink_rate(1));
     if (op.collective == CollectiveKind::kAllToAll) {
       double worst = 2 * op.bytes / r_.sm_copy;  // the chunk to itself, copied alongside
       for (int a : members) {
-        double local = 0, remote = 0;
+        int local = 0, remote = 0;
         for (int b : members) {
           if (a == b) continue;
-          (r_.node_of(a) == r_.node_of(b) ? local : remote) += op.bytes;
+          ++(r_.node_of(a) == r_.node_of(b) ? local : remote);
         }
-        worst = std::max({worst, local / (r_.link * r_.nccl_link), remote / (r_.nic * r_.nccl_nic)});
+        if (local > 0) worst = std::max(worst, local * op.bytes / nvlink_rate(local));
+        if (remote > 0) worst = std::max(worst, remote * op.bytes / nic);
       }
       return lat + worst;
     }
     // All-reduce as a ring: every rank sends 2 (p-1)/p of the buffer over the ring's slowest hop.
-    const double bw = cross ? r_.nic * r_.nccl_nic : r_.link * r_.nccl_link;
+    const double bw = cross ? nic : r_.link * r_.nccl_link;
     return lat + 2 * (p - 1) / p * op.bytes / bw;
   }
 

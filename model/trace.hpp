@@ -39,6 +39,13 @@ const char* collective_kind_name(CollectiveKind k);
 
 constexpr int kNoOp = -1;
 
+// A norm+RoPE kernel's norm kind (uipc::NormKind) and dtype (uipc::DType) in one dims[3]
+// value, so the simulator can take its rate from a profile by kind and type; 0 is
+// "not recorded" (traces made before it was).
+inline int64_t norm_rope_code(int norm_kind, int dtype) { return 1 + 4 * norm_kind + dtype; }
+inline int norm_rope_kind(int64_t code) { return code > 0 ? static_cast<int>((code - 1) / 4) : -1; }
+inline int norm_rope_dtype(int64_t code) { return code > 0 ? static_cast<int>((code - 1) % 4) : -1; }
+
 struct Op {
   OpKind kind = OpKind::kKernel;
   int stream = -1;  // index into RankTrace::streams; -1 for host-only ops (kHostSync)
@@ -46,7 +53,8 @@ struct Op {
   CollectiveKind collective = CollectiveKind::kNone;
   double flops = 0;
   double bytes = 0;  // copy: bytes moved; kernel: bytes read + written; collective: per peer
-  // gemm: M N K (output element size); attention: B S H D; norm_rope: rows heads head_dim;
+  // gemm: M N K (output element size); attention: B S H D; norm_rope: rows heads head_dim
+  // and norm_rope_code(norm kind, dtype) (0: not recorded);
   // copy: width height (place in its batch, 0: first or alone)
   int64_t dims[4] = {0, 0, 0, 0};
   // Memory: 0 is this rank's own private memory; any other id names a buffer that some

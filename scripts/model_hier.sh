@@ -5,7 +5,7 @@
 # h200-4node (4 x 8, Ulysses32 where the model has 32 heads or more, 32 ranks), the world
 # declared as nodes of 8 (--ranks-per-node 8) so that hier's IPC phase stays inside a
 # node. Writes markdown to stdout, reports to $OUT (default build/predictions-hier).
-#   ./scripts/model_hier.sh > docs/predictions-hier.md
+#   ./scripts/model_hier.sh > docs/predictions-hier.md   (run by scripts/model_predictions.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 APP=${ULYSSES_IPC:-${BUILD_DIR:-build}/app/ulysses-ipc}
@@ -15,7 +15,6 @@ mkdir -p "$OUT"
 # preset:case (its shape; the Ulysses degree is set to the world)
 SHAPES=(flux-dev-2048:flux-dev-2048.u8 hunyuanvideo-720p:hunyuanvideo-720p.u8 wan2.1-14b-720p:wan2.1-14b-720p.u8
         cogvideox-5b-720x480:cogvideox-5b-720x480.u8)
-T0=$SECONDS
 declare -A reports
 for machine_np in h200-2node:16 h200-4node:32; do
   machine=${machine_np%%:*} np=${machine_np##*:}
@@ -53,11 +52,12 @@ GPUs across nodes, chunked); \`nccl\` is NCCL's own all-to-all over the whole gr
 multi-node run exists: nothing here is measured, and the multi-node machine files are
 specs and assumptions (docs/model.md, "What the model leaves out").
 
-Made by \`./scripts/model_hier.sh > docs/predictions-hier.md\` ($((SECONDS - T0)) s on $(nproc) CPU cores).
+Made by \`./scripts/model_predictions.sh\` (this part: scripts/model_hier.sh).
 
-Columns as in docs/predictions.md: the modelled critical path (slowest rank), ms; \`layer x\`:
-nccl.baseline's layer / this run's; \`scatter x\`: the nccl run's scatter / this run's, same
-schedule (above 1: hier faster). The cases keep their presets' names (\`.u8\`); the
+Columns as in docs/predictions.md: the modelled critical path (slowest rank), ms, with its
+band from the leave-one-out spread; \`layer x\`: nccl.baseline's layer / this run's;
+\`scatter x\`: the nccl run's scatter / this run's, same schedule (above 1: hier faster);
+the most sensitive parameter and its elasticity. Written by scripts/model_predictions.sh. The cases keep their presets' names (\`.u8\`); the
 Ulysses degree is the heading's. Where heads do not divide by the degree (24 heads over 16
 ranks), ranks with fewer heads finish attention early and wait in the gather: stage
 columns are each the slowest rank's and do not add up to the layer.
@@ -66,6 +66,10 @@ MD
 for machine in h200-2node h200-4node; do
   echo "# $machine"
   echo
+  # Each run's most sensitive parameter, and bands from the leave-one-out spread (as docs/predictions.md).
   # shellcheck disable=SC2086
-  PYTHONPATH=postprocess${PYTHONPATH:+:$PYTHONPATH} python3 scripts/predictions_table.py --section "$machine" ${reports[$machine]}
+  "$APP" model predict --machine "inputs/machines/$machine.json" ${reports[$machine]} -o "$OUT/$machine.predict.json"
+  # shellcheck disable=SC2086
+  PYTHONPATH=postprocess${PYTHONPATH:+:$PYTHONPATH} python3 scripts/predictions_table.py --section \
+    --predict "$OUT/$machine.predict.json" --loo docs/model-loo.md "$machine" ${reports[$machine]}
 done

@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """The predictions tables of docs/predictions.md and docs/predictions-hier.md from --mode
 model reports (every figure MODELLED).
-Usage: predictions_table.py MACHINE REPORT...             (docs/predictions.md's page)
-       predictions_table.py --section MACHINE REPORT...   (one machine's tables, no page header)
-See scripts/model_predictions.sh and scripts/model_hier.sh."""
+Usage: predictions_table.py [--predict P.json --loo LOO.md --seconds S] MACHINE REPORT...
+       predictions_table.py [...] --section MACHINE REPORT...   (one machine's tables, no page header)
+--predict: `ulysses-ipc model predict` of the same reports (the most sensitive parameter
+of each run); --loo: the leave-one-out table (docs/model-loo.md), whose spread of layer and
+scatter errors gives each figure its band. See scripts/model_predictions.sh."""
+import argparse
+import json
+import math
 import subprocess
-import sys
 
 from ulysses_post.report import STAGES, load_report
 
@@ -21,30 +25,87 @@ def blob(machine):
     return git("hash-object", f"inputs/machines/{machine}.json")[:12]
 
 
+def quantile(v, q):
+    v = sorted(v)
+    x = q * (len(v) - 1)
+    i = int(x)
+    return v[i] if i + 1 >= len(v) else v[i] + (x - i) * (v[i + 1] - v[i])
+
+
+def loo_rows(path):
+    """(measured, modelled / measured - 1) of the layer and of the scatter of every leave-one-out row."""
+    layer, scatter = [], []
+    for line in open(path):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 5 or " / " not in cells[3] or cells[0] == "report":
+            continue
+        try:
+            (lm, lp), (sm, sp) = (map(float, cells[3].split(" / ")), map(float, cells[4].split(" / ")))
+        except ValueError:
+            continue
+        if lm > 0 and sm > 0:
+            layer.append((lm, lp / lm - 1))
+            scatter.append((sm, sp / sm - 1))
+    if len(layer) < NEAREST:
+        raise SystemExit(f"{path}: fewer than {NEAREST} leave-one-out rows: run scripts/model_loo.sh first")
+    return {"layer": layer, "scatter": scatter}
+
+
+NEAREST = 20  # the band of a figure: the leave-one-out runs nearest to it in size
+
+
+def banded(v, rows):
+    """v with the band the leave-one-out errors of the NEAREST runs of a similar measured size give it."""
+    near = sorted(rows, key=lambda r: abs(math.log(r[0] / v)))[:NEAREST]
+    lo, hi = quantile([e for _, e in near], 0.05), quantile([e for _, e in near], 0.95)
+    return f"{v:.3f} ({v / (1 + hi):.3f}-{v / (1 + lo):.3f})"
+
+
 def main():
-    section = sys.argv[1:2] == ["--section"]
-    args = sys.argv[2:] if section else sys.argv[1:]
-    machine, paths = args[0], args[1:]
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--section", action="store_true")
+    ap.add_argument("--predict")
+    ap.add_argument("--loo")
+    ap.add_argument("--seconds", type=int)
+    ap.add_argument("machine")
+    ap.add_argument("reports", nargs="+")
+    a = ap.parse_args()
+    machine, paths = a.machine, a.reports
+    predict = json.load(open(a.predict)) if a.predict else {}
+    spread = loo_rows(a.loo) if a.loo else None
     layer, scatter = STAGES.index("layer"), STAGES.index("scatter")
-    if section:
+    if a.section:
         out = [f"Modelled on `{machine}` (inputs/machines/{machine}.json, git blob {blob(machine)}).", ""]
     else:
+        took = f" ({a.seconds} s on 2 CPU cores)" if a.seconds else ""
         out = ["# Predictions before measurement (MODELLED)", "",
                f"Every figure below is **modelled** by the simulator (docs/model.md) on the machine `{machine}` "
                f"(inputs/machines/{machine}.json, git blob {blob(machine)}, as committed beside this file), from "
-               "`--mode model` runs of the shipped "
-               "model decks rewritten to nccl, ipc and vmm under every schedule (the ablations left out). No 4- or 8-GPU "
-               "run existed when they were written: a later run with one GPU per rank tests the model, it must not tune it.",
-               "", "Made by `./scripts/model_predictions.sh > docs/predictions.md` (about a minute on 2 CPU cores).", "",
-               "Columns: the modelled critical path (slowest rank) of the layer and of the scatter, ms; `layer x`: "
-               "nccl.baseline's layer / this run's; `scatter x`: the nccl run's scatter / this run's, same schedule.", ""]
+               "`--mode model` runs of every shipped GPU deck (the presets that are not simulation-sized, and the "
+               "default deck) rewritten to nccl, nccl-ce, ipc, vmm and hier under every schedule (the ablations and "
+               "the approximate hier-vmajor left out). No 4- or 8-GPU run existed when they were written: a later run "
+               "with one GPU per rank tests the model, it must not tune it.", "",
+               f"Made from HEAD by `./scripts/model_predictions.sh`{took}, which also writes "
+               "docs/predictions-hier.md; `ctest -R predictions_current` fails when this page differs from what "
+               "HEAD's model gives for flux-dev-1024 (every transport and schedule, 4 and 8 ranks).", "",
+               "Columns: the modelled critical path (slowest rank) of the layer and of the scatter, ms, each with its "
+               f"band: the modelled figure divided by 1 + the 95th and 5th percentiles of the leave-one-out errors "
+               f"(docs/model-loo.md) of the {NEAREST} measured runs nearest to it in size (a long attention-bound "
+               "layer takes the spread of long layers, a near-empty one that of the latency floors): where the model "
+               "ran short (or long) on every nearby run, the band lies above (or below) the figure itself; `layer x`: nccl.baseline's layer / this run's; `scatter x`: the nccl run's scatter / this run's, "
+               "same schedule; `most sensitive`: the machine parameter whose 5% step moves the layer most, with the "
+               "elasticity d log(layer) / d log(parameter): what to measure first on the real machine.", ""]
     for path in paths:
         rep = load_report(path)
+        sens = predict.get(path, {})
         for case in rep.cases:
+            head = "| run | layer ms | scatter ms | norm_rope ms | attention ms | gather ms | layer x | scatter x |"
+            rule = "|---|---|---|---|---|---|---|---|"
+            if predict:
+                head += " most sensitive |"
+                rule += "---|"
             out += [f"## {case.name}: {case.shape}, Ulysses{case.degree}" + (f" x TP{case.tp}" if case.tp > 1 else "")
-                    + f", {rep.world_size} GPUs", "",
-                    "| run | layer ms | scatter ms | norm_rope ms | attention ms | gather ms | layer x | scatter x |",
-                    "|---|---|---|---|---|---|---|---|"]
+                    + f", {rep.world_size} GPUs", "", head, rule]
             crit = {r.name: r.traced.modeled_critical_ms() for r in case.runs}
             base = crit.get("nccl.baseline")
             for r in case.runs:
@@ -53,8 +114,16 @@ def main():
                 lx = f"{base[layer] / c[layer]:.3f}x" if base is not None else "-"
                 sx = f"{nccl[scatter] / c[scatter]:.2f}x" if nccl is not None else "-"
                 used = "" if r.transport_used == r.transport else f" (ran {r.transport_used})"
-                out.append(f"| {r.name}{used} | {c[layer]:.3f} | {c[scatter]:.3f} | {c[STAGES.index('norm_rope')]:.3f} | "
-                           f"{c[STAGES.index('attention')]:.3f} | {c[STAGES.index('gather')]:.3f} | {lx} | {sx} |")
+                lcell = banded(c[layer], spread["layer"]) if spread else f"{c[layer]:.3f}"
+                scell = banded(c[scatter], spread["scatter"]) if spread else f"{c[scatter]:.3f}"
+                row = (f"| {r.name}{used} | {lcell} | {scell} | {c[STAGES.index('norm_rope')]:.3f} | "
+                       f"{c[STAGES.index('attention')]:.3f} | {c[STAGES.index('gather')]:.3f} | {lx} | {sx} |")
+                if predict:
+                    s = sens.get(f"{case.name}/{r.name}")
+                    if s is None:
+                        raise SystemExit(f"{a.predict}: no run {case.name}/{r.name} of {path}")
+                    row += f" {s['sensitive']} ({s['elasticity']:+.2f}) |"
+                out.append(row)
             out.append("")
     print("\n".join(out))
 

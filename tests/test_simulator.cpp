@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "base/error.hpp"
 #include "model/machine.hpp"
@@ -21,7 +22,7 @@ Machine simple_machine() {
   m.name = "test";
   m.gpus_per_node = 4;
   m.nodes = 2;
-  for (const ParamSpec& s : parameter_specs()) m.params[s.name] = Param{0.0, "test", false, 0, 0};
+  for (const ParamSpec& s : parameter_specs()) m.params[s.name] = Param{0.0, "test", false, 0, 0, s.min, s.max, "test"};
   auto set = [&](const char* n, double v) { m.params.at(n).value = v; };
   set("sm_count", 100);
   set("gemm_tflops", 1000);
@@ -43,6 +44,7 @@ Machine simple_machine() {
   set("nic_gbs", 10);
   set("nccl_link_fraction", 1);
   set("nccl_nic_fraction", 1);
+  set("nccl_peer_gbs", 100);          // one peer already reaches the link: every count of peers the same
   m.attention.push_back(AttentionPoint{128, 1, 100, 128, 500, "test"});
   return m;
 }
@@ -334,6 +336,43 @@ TEST(Simulator, ACollectiveAcrossNodesGoesOverTheNicAndAMappedCopyCannot) {
   EXPECT_THROW(simulate(traces(c), simple_machine()), InputError);
 }
 
+// NCCL inside a node: each peer has its own channels (nccl_peer_gbs), the rank's total
+// is capped at the link's NCCL ceiling (link_gbs x nccl_link_fraction): with one peer an
+// all-to-all runs at the per-peer rate, with three it reaches the ceiling.
+TEST(Simulator, NcclAllToAllGrowsWithPeersUpToItsShareOfTheLink) {
+  Machine m = simple_machine();
+  m.params.at("nccl_peer_gbs").value = 40;        // 4e7 bytes per ms to one peer
+  m.params.at("nccl_link_fraction").value = 0.8;  // ceiling 80 GB/s = 8e7 bytes per ms
+  auto run = [&](int n) {
+    auto b = ranks(n, 1);
+    std::vector<int> g;
+    for (int r = 0; r < n; ++r) g.push_back(r);
+    for (auto& x : b) x.t.groups.push_back(g);
+    int a0 = 0;
+    for (int r = 0; r < n; ++r) {
+      const int a = b[r].all_to_all(0, 0, 0, 4e7);  // 4e7 bytes to each peer
+      if (r == 0) a0 = a;
+    }
+    return simulate(traces(b), m).ranks[0][a0].end_ms;
+  };
+  EXPECT_NEAR(run(2), 1.0, 1e-9);            // 4e7 bytes at 4e7 per ms
+  EXPECT_NEAR(run(3), 1.0, 1e-9);            // 8e7 bytes at 2 x 4e7 = the ceiling
+  EXPECT_NEAR(run(4), 3 * 4e7 / 8e7, 1e-9);  // 1.2e8 bytes at the ceiling 8e7
+  // A send/recv has one peer: the per-peer rate.
+  auto b = ranks(2, 1);
+  for (auto& x : b) x.t.groups.push_back({0, 1});
+  Op o;
+  o.kind = OpKind::kCollective;
+  o.collective = CollectiveKind::kSendRecv;
+  o.stream = 0;
+  o.bytes = 4e7;
+  o.group = 0;
+  o.sequence = 0;
+  const int s0 = b[0].add(o);
+  b[1].add(o);
+  EXPECT_NEAR(simulate(traces(b), m).ranks[0][s0].end_ms, 1.0, 1e-9);
+}
+
 TEST(Simulator, AnOpStartsNoEarlierThanTheHostIssuesIt) {
   Machine m = simple_machine();
   m.params.at("host_launch_us").value = 50;  // 0.05 ms per kernel launch
@@ -444,6 +483,55 @@ TEST(Machine, BadFilesGiveOneClearError) {
   EXPECT_NE(error_of(replace("\"gpus_per_node\": 4", "\"gpus_per_node\": 0")).find("gpus_per_node"), std::string::npos);
   EXPECT_NE(error_of(replace("\"tflops\": 500", "\"tflops\": -1")).find("tflops"), std::string::npos);
   EXPECT_NE(error_of(replace("\"name\": \"test\"", "\"name\": 3")).find("name: must be a string"), std::string::npos);
+}
+
+// Every parameter carries its physical range and the range's source; a value outside it
+// is refused with the parameter, the value and the range named.
+TEST(Machine, ValueOutsideItsPhysicalRangeIsRefused) {
+  Machine m = simple_machine();
+  Param& hop = m.params.at("event_hop_us");
+  hop.range_lo = 1.5;
+  hop.range_hi = 40;
+  hop.range_source = "bench_kernels event hop";
+  hop.value = 2;
+  EXPECT_EQ(error_of(machine_to_json(m)), "(no error)");
+  hop.value = 0.014;
+  const std::string e = error_of(machine_to_json(m));
+  EXPECT_NE(e.find("parameters.event_hop_us.value: 0.014 us is outside its physical range [1.5, 40] us"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("bench_kernels event hop"), std::string::npos) << e;
+  // A fit box reaching below the physical floor is refused too: no fit may leave the range.
+  hop.value = 2;
+  hop.free = true;
+  hop.lo = 0;
+  hop.hi = 40;
+  EXPECT_NE(error_of(machine_to_json(m)).find("must hold the value and lie in the physical range [1.5, 40]"),
+            std::string::npos);
+  // A range outside the parameter's sanity bounds, and a missing range, are refused.
+  hop.free = false;
+  hop.range_lo = -1;
+  EXPECT_NE(error_of(machine_to_json(m)).find("event_hop_us.range"), std::string::npos);
+  std::string s = machine_to_json(simple_machine());
+  const size_t at = s.find("\"range_source\"");
+  ASSERT_NE(at, std::string::npos);
+  s.replace(at, 14, "\"range_sourcx\"");
+  EXPECT_NE(error_of(s).find("unknown field 'range_sourcx'"), std::string::npos) << error_of(s);
+}
+
+// The shipped files' fixed costs stay at or above what bench_kernels measures for them
+// (docs/measured/2026-12-01-h200): fitted values included.
+TEST(Machine, ShippedFixedCostsAreNotBelowTheirMicroBenchmarks) {
+  const std::map<std::string, double> floor_us = {{"event_hop_us", 1.5},   {"memop_latency_us", 1.13},
+                                                  {"copy_latency_us", 1.9}, {"host_copy_us", 5.9},
+                                                  {"host_api_us", 1.05},    {"nccl_latency_us", 4.5}};
+  for (const char* f : {"h200-nvlink", "h200-nvlink-prior", "h100-sxm", "h200-2node", "h200-4node"}) {
+    const Machine m = load_machine(std::string(ULYSSES_SOURCE_DIR) + "/inputs/machines/" + f + ".json");
+    for (const auto& [name, lo] : floor_us) {
+      EXPECT_GE(m.params.at(name).value, lo) << f << ": " << name;
+      EXPECT_GE(m.params.at(name).range_lo, lo) << f << ": " << name;
+    }
+  }
 }
 
 }  // namespace

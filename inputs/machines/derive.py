@@ -41,11 +41,18 @@ def main():
                            "the link are the H200's; HBM3 3.35 TB/s scales the memory-bound rates by 3.35/4.8.")
     q = h100["parameters"]
     scale = 3350.0 / 4800.0
-    q["hbm_gbs"] = {"value": 3350, "unit": "GB/s", "source": "spec: H100 SXM HBM3 3.35 TB/s"}
+    hbm_range = "hi: HBM3 spec 3.35 TB/s (read + write cannot exceed it)"
+    q["hbm_gbs"] = {"value": 3350, "unit": "GB/s", "source": "spec: H100 SXM HBM3 3.35 TB/s", "range": [3350, 3350],
+                    "range_source": "spec: H100 SXM HBM3 3.35 TB/s"}
     for k in ("norm_rope_gbs", "stream_gbs", "sm_copy_gbs"):
         q[k] = {"value": round(p[k]["value"] * scale, 2), "unit": "GB/s",
-                "source": f"H200's {p[k]['value']} GB/s x 3350/4800 (HBM spec ratio; derive.py)"}
-    q["sm_count"] = {"value": 132, "unit": "SMs", "source": "spec: H100 SXM, 132 SMs"}
+                "source": f"H200's {p[k]['value']} GB/s x 3350/4800 (HBM spec ratio; derive.py)",
+                "range": [100, 3350], "range_source": hbm_range}
+    for pt in h100.get("norm_rope_profile", []):
+        pt["source"] = f"H200's {pt['gbs']:.1f} GB/s x 3350/4800 (HBM spec ratio; derive.py): " + pt["source"]
+        pt["gbs"] = round(pt["gbs"] * scale, 2)
+    q["sm_count"] = {"value": 132, "unit": "SMs", "source": "spec: H100 SXM, 132 SMs", "range": [132, 132],
+                     "range_source": "spec: H100 SXM has 132 SMs"}
     for k, v in q.items():
         if "fit" in v:
             del v["fit"]
@@ -61,7 +68,9 @@ def main():
         multi["topology"] = {"gpus_per_node": 8, "nodes": nodes}
         for v in multi["parameters"].values():
             v.pop("fit", None)
-        multi["parameters"]["nic_gbs"] = {"value": 50, "unit": "GB/s", "source": "spec: one 400 Gb/s NIC per GPU"}
+        nic = multi["parameters"]["nic_gbs"]
+        nic["value"] = 50
+        nic["source"] = "spec: one 400 Gb/s NIC per GPU"
         save(multi["name"], multi)
 
 if __name__ == "__main__":

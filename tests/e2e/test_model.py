@@ -97,7 +97,15 @@ def test_the_machine_changes_the_model_and_a_bad_one_is_one_clear_error(run, tmp
     m = json.loads((MACHINES / "h200-nvlink.json").read_text())
     m["parameters"]["link_gbps"] = m["parameters"].pop("link_gbs")
     bad.write_text(json.dumps(m))
-    for machine, words in ((str(bad), "unknown parameter 'link_gbps'"), (str(tmp_path / "none.json"), "cannot open")):
+    # A fixed cost below its measured floor (bench_kernels' event hop): refused, naming the range.
+    low = tmp_path / "low.json"
+    m = json.loads((MACHINES / "h200-nvlink.json").read_text())
+    m["parameters"]["event_hop_us"]["value"] = 0.01
+    m["parameters"]["event_hop_us"].pop("fit", None)
+    low.write_text(json.dumps(m))
+    lo, hi = m["parameters"]["event_hop_us"]["range"]
+    for machine, words in ((str(bad), "unknown parameter 'link_gbps'"), (str(tmp_path / "none.json"), "cannot open"),
+                           (str(low), f"event_hop_us.value: 0.01 us is outside its physical range [{lo:g}, {hi:g}] us")):
         p = run(2, deck, "--mode", "model", "--machine", machine, "-o", str(tmp_path / "x.h5"))
         assert p.returncode == 2, p.stderr
         lines = [ln for ln in p.stderr.splitlines() if "error" in ln]
@@ -117,7 +125,8 @@ def test_model_tools_replay_and_fit_against_a_stored_gpu_report(app, run, tmp_pa
     pair = f"{FLOOR}={traces}"
     v = subprocess.run([app, "model", "validate", "--pair", pair], capture_output=True, text=True)
     assert v.returncode == 0, v.stderr
-    assert v.stdout.count("floor-np2.h5") == 6 and "runs with the layer within 10%" in v.stdout
+    assert v.stdout.count("floor-np2.h5") == 7 and "runs with the layer within 10%" in v.stdout
+    assert v.stdout.strip().splitlines()[-1].startswith("summary: ")
     # A fit of two parameters only (fast): the fitted file loads and replays no worse.
     m = json.loads((MACHINES / "h200-nvlink-prior.json").read_text())
     for name, p_ in m["parameters"].items():
@@ -145,3 +154,73 @@ def test_model_tools_replay_and_fit_against_a_stored_gpu_report(app, run, tmp_pa
     assert bad.returncode == 2 and "--mode model" in bad.stderr
     none = subprocess.run([app, "model", "loo"], capture_output=True, text=True)
     assert none.returncode == 2 and "--pair" in none.stderr
+
+
+def test_each_report_is_replayed_with_its_own_codes_norm_rope_rate(app, run, tmp_path):
+    """--bench REPORT=BENCH.h5 replays a report with the norm+RoPE profile of the code that
+    measured it: the 2026-11-29 kernel (1.57 TB/s) against today's (3.35 TB/s) changes
+    only that stage, by about their ratio; a file that is not bench_kernels' is refused."""
+    deck = tmp_path / "flux.deck.h5"
+    made = subprocess.run([app, "deck", "new", "--preset", "flux-dev-1024", "--name", "flux-dev-1024.u2",
+                           "--transports", "nccl,ipc,vmm", "--schedules", "baseline,v-first,v-first-split",
+                           "-o", str(deck)],
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    traces = tmp_path / "flux-model.h5"
+    assert run(2, str(deck), "--mode", "model", "-o", str(traces), "--quiet").returncode == 6
+    measured = REPO / "docs" / "measured" / "2026-11-29-h200x2" / "multi-flux-dev-1024-np2.h5"
+    old = REPO / "docs" / "measured" / "2026-11-29-h200x2" / "bench_kernels.h5"
+    new = REPO / "docs" / "measured" / "2026-12-01-h200" / "bench_kernels-pipelined.h5"
+    pair = ["--pair", f"{measured}={traces}"]
+
+    def norm_rope_ms(*extra):
+        r = subprocess.run([app, "model", "validate", *pair, "--markdown", *extra], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        row = next(ln for ln in r.stdout.splitlines() if "nccl.baseline" in ln and ln.startswith("| "))
+        return row, r.stdout
+    with_old, _ = norm_rope_ms("--bench", f"{measured}={old}")
+    with_new, out = norm_rope_ms("--rates", str(new))
+    assert with_old != with_new
+    assert out.strip().splitlines()[-1].startswith("summary: ")
+    # Stage errors in the row: projection, norm_rope, ...; the norm_rope error moves by ~3.35/1.57.
+    e_old = float(with_old.split("|")[7].strip().rstrip("%"))
+    e_new = float(with_new.split("|")[7].strip().rstrip("%"))
+    ratio = (1 + e_old / 100) / (1 + e_new / 100)
+    assert 1.5 < ratio < 2.6, (with_old, with_new)
+    bad = subprocess.run([app, "model", "validate", *pair, "--rates", str(measured)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "bench_kernels" in bad.stderr, bad.stderr
+
+
+def test_modelled_nccl_grows_with_peers_up_to_the_public_ceiling(app):
+    """`model nccl`: at 1 GB a rank, 2 ranks reach the fitted per-peer rate, 8 ranks the
+    public ceiling (370 GB/s busbw on NVLink 4, nccl-tests#212); more ranks than the machine
+    has is refused."""
+    r = subprocess.run([app, "model", "nccl", "--ranks", "2", "8"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "MODELLED" in r.stdout.splitlines()[0]
+    m = json.loads((MACHINES / "h200-nvlink.json").read_text())["parameters"]
+    busbw = {int(f[0]): float(f[4]) for f in (ln.split() for ln in r.stdout.splitlines()[1:]) if int(f[1]) > 1e9}
+    ceiling = m["link_gbs"]["value"] * m["nccl_link_fraction"]["value"]
+    assert busbw[8] == pytest.approx(ceiling, rel=0.01)
+    assert busbw[2] == pytest.approx(m["nccl_peer_gbs"]["value"], rel=0.01)
+    big = subprocess.run([app, "model", "nccl", "--ranks", "16"], capture_output=True, text=True)
+    assert big.returncode == 2 and "has 8 GPUs" in big.stderr
+
+
+def test_model_predict_names_the_most_sensitive_parameter(app, run, tmp_path):
+    """`model predict`: a replay equal to the run's own modelled stages, and a named
+    parameter with a non-zero elasticity (an attention-bound layer: attention_scale)."""
+    deck = tmp_path / "hy.deck.h5"
+    made = subprocess.run([app, "deck", "new", "--preset", "hunyuanvideo-720p", "--name", "hunyuanvideo-720p.u2",
+                           "--transports", "ipc", "--schedules", "baseline", "-o", str(deck)],
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    rep = tmp_path / "hy.h5"
+    assert run(2, str(deck), "--mode", "model", "-o", str(rep), "--quiet").returncode == 6
+    out = tmp_path / "p.json"
+    p = subprocess.run([app, "model", "predict", str(rep), "-o", str(out)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(out.read_text())[str(rep)]["hunyuanvideo-720p.u2/ipc.baseline"]
+    _, _, t, _ = traced(rep, "hunyuanvideo-720p.u2", "ipc.baseline")
+    assert got["stages_ms"][6] == pytest.approx(t["modeled_stage_ms"][:, 6].max(), rel=1e-6)
+    assert got["sensitive"] == "attention_scale" and got["elasticity"] < -0.5

@@ -1,0 +1,18 @@
+// `ulysses-ipc model predict`: every run of --mode model reports replayed on a machine,
+// with each run's most sensitive parameter (finite differences), for the predictions
+// pages (scripts/model_predictions.sh, docs/predictions.md). MODELLED figures only.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/machine.hpp"
+
+namespace uipc {
+
+// Writes JSON to `out`: per report path, per "case/run", the modelled critical-path
+// stages (ms, the pipeline's stage order), and the parameter whose +5% step moves the
+// layer most, with its elasticity d log(layer) / d log(parameter). Returns the exit code.
+int model_predict(const std::vector<std::string>& reports, const model::Machine& m, const std::string& out);
+
+}  // namespace uipc

@@ -1,0 +1,18 @@
+# Sourced by the model scripts: the stored GPU reports (docs/measured/) paired with their
+# --mode model traces ($T, made by scripts/model_traces.sh), each with the bench_kernels
+# file of the code that measured it (its norm+RoPE rate) and, for the reports measured
+# before the producers wrote their own slices, the ablation that runs that protocol.
+# Sets PAIRS (the arguments of `ulysses-ipc model calibrate|validate|loo`) and RATES (the
+# current code's bench_kernels file: the machine's own norm+RoPE profile).
+M2=docs/measured/2026-11-29-h200x2
+M1=docs/measured/2026-12-01-h200
+# shellcheck disable=SC2034  # read by the scripts that source this file
+RATES=$M1/bench_kernels-pipelined.h5
+PAIRS=()
+for r in multi-flux-dev-1024-np2 multi-flux-dev-2048-np2 multi-hunyuanvideo-720p-np2 latency-floor/floor-np2; do
+  PAIRS+=(--pair "$M2/$r.h5=$T/${r#latency-floor/}.h5" --bench "$M2/$r.h5=$M2/bench_kernels.h5"
+          --ablation "$M2/$r.h5=own-slice-copy")
+done
+for r in flux-2048-u1-ablations floor-u1; do
+  PAIRS+=(--pair "$M1/$r.h5=$T/$r.h5" --bench "$M1/$r.h5=$M1/bench_kernels.h5")
+done
