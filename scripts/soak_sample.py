@@ -134,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="soak_sample.py", description=__doc__.split("\n\n")[0])
     p.add_argument("-o", "--output", required=True, help="the CSV file of samples to write")
     p.add_argument("--interval", type=float, default=0.5, help="seconds between samples (default 0.5)")
+    p.add_argument("--gpu-interval", type=float, default=0.5,
+                   help="seconds between nvidia-smi queries, in a thread of their own (default 0.5; each row "
+                        "carries the latest)")
     p.add_argument("--name", default="ulysses-ipc", help="process name of the ranks (default ulysses-ipc)")
     p.add_argument("--gpu", default=os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or "0",
                    help="nvidia-smi index of the GPU to sample (default: the first of CUDA_VISIBLE_DEVICES, else 0)")
@@ -142,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
         p.error("no command to run (give it after --)")
-    if not (args.interval > 0):
-        p.error(f"--interval must be positive: {args.interval}")
+    if not (args.interval > 0 and args.gpu_interval > 0):
+        p.error(f"--interval and --gpu-interval must be positive: {args.interval}, {args.gpu_interval}")
     use_gpu = shutil.which("nvidia-smi") is not None
     try:
         out = open(args.output, "w", newline="")
@@ -157,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # A timeout's SIGTERM to this process reaches the command too, then the sampling stops.
     signal.signal(signal.SIGTERM, lambda *_: child.terminate())
-    poller = GpuPoller(args.gpu, args.interval) if use_gpu else None
+    poller = GpuPoller(args.gpu, args.gpu_interval) if use_gpu else None
     with out:
         w = csv.writer(out)
         w.writerow(COLUMNS)

@@ -233,3 +233,41 @@ def test_sim_soak_end_to_end(app: Path, tmp_path: Path) -> None:
         rows = list(csv.DictReader(f))
     assert len(rows) == 10 * (1 + 1 + 2 + 2)  # windows x ranks of every run
     assert all(float(r["rss_mib_max"]) > 0 and int(r["samples"]) > 0 for r in rows)
+
+
+LEAKER = """
+import os, sys, time
+leak = os.environ["OMPI_COMM_WORLD_RANK"] == "1"
+held, files = [], []
+end = time.time() + 4.0
+while time.time() < end:
+    if leak:  # 2 MiB touched and one file opened every 0.1 s, never given back
+        held.append(bytearray(os.urandom(2 << 20)))
+        files.append(open(sys.argv[0] if sys.argv[0] != "-c" else os.devnull))
+    time.sleep(0.1)
+"""
+
+
+def test_sampler_and_verdict_catch_a_real_leak(tmp_path: Path, rng: np.random.Generator) -> None:
+    """Two real processes under the sampler, rank 1 leaking memory and descriptors: the
+    verdict over the samples names rank 1's RSS and fds, and passes rank 0."""
+    name = os.path.basename(sys.executable)  # the name the kernel gives the process: as exec saw it
+    out = tmp_path / "samples.csv"
+    script = tmp_path / "leaker.py"
+    script.write_text(LEAKER)
+    cmd = [sys.executable, str(REPO / "scripts" / "soak_sample.py"), "--interval", "0.05", "--name", name,
+           "-o", str(out), "--", "sh", "-c",
+           f"OMPI_COMM_WORLD_RANK=0 {sys.executable} {script} & OMPI_COMM_WORLD_RANK=1 {sys.executable} {script} & "
+           "wait"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    with open(out) as f:
+        times = [float(r["time_s"]) for r in csv.DictReader(f)]
+    report = write_soak_report(tmp_path / "report.h5", layer_times(rng))
+    with h5py.File(report, "a") as f:  # the timed span: the leakers' whole life
+        f["cases/flux/ipc.v-first"].attrs.update(timed_wall_start_s=min(times), timed_wall_end_s=max(times))
+    res = run_cli("soak", str(out), str(report), "--min-samples", "1")
+    assert res.rc == 1, res.out + res.err
+    verdict = res.out.split("FAIL:")[-1]
+    assert "host RSS MiB rank 1 grew" in verdict and "open fds rank 1 grew" in verdict
+    assert "rank 0" not in verdict
