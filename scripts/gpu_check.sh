@@ -251,11 +251,12 @@ PY=python3
 
 # --- the soak: one run per rank count and transport, every rank on the first visible GPU
 # (two ranks share it: time-sliced, so their layer times are functional evidence only).
-# Each run: 10 repeats of (20 warmup + 1000 timed) layers, samples every 0.5 s; the
-# verdict (growth after the first window, the layer's p90/p10 and p50 across 10
-# windows, parity) is the step's exit status. FLUX 1024 took 1.1 ms a layer at one
-# rank and 7.1 ms at two sharing the GPU (docs/measured/2026-12-01-h200): about
-# 20 s + 2 x 80 s of layers, with start-up about 4 minutes for the four runs.
+# Each run: 10 repeats of (20 warmup + 1000 timed) layers, /proc sampled every 0.2 s and
+# nvidia-smi every 0.5 s; the verdict (growth after the first window, the layer's p90/p10
+# and p50 across 10 windows, parity: docs/soak.md) is the step's exit status. FLUX 1024
+# took 1.1 ms a layer at one rank and 7.1 ms at two sharing the GPU
+# (docs/measured/2026-12-01-h200): about 2 x 15 s + 2 x 80 s of layers, with start-up
+# about 4 minutes for the four runs (estimated). SOAK_POST_ARGS passes tolerances on.
 SOAK_DIR=$LOG/soak
 if [ $app_built -eq 1 ] && want soak; then
   rm -rf "$SOAK_DIR"
