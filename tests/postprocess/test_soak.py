@@ -229,6 +229,12 @@ def test_sim_soak_end_to_end(app: Path, tmp_path: Path) -> None:
             assert g["stage_ms"].shape[:3] == (10, 30, int(tag[2]))
             # --gather ipc rides on the scatter's transport: no NCCL, even at one rank.
             assert g.attrs["gather_transport"] == tag[4:] and g.attrs["parity_pass"] == 1
+            span = g.attrs["timed_wall_start_s"], g.attrs["timed_wall_end_s"]
+        # The timed span lies inside the run the sampler watched (start-up before it, the
+        # parity check, traced layer and report after it).
+        with open(tmp_path / f"samples-{tag}.csv") as f:
+            times = [float(r["time_s"]) for r in csv.DictReader(f)]
+        assert min(times) < span[0] < span[1] < max(times), (tag, span, min(times), max(times))
     with open(tmp_path / "soak-windows.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 10 * (1 + 1 + 2 + 2)  # windows x ranks of every run
