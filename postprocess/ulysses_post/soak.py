@@ -300,14 +300,15 @@ def run(args: argparse.Namespace) -> int:
     if not verdicts:
         raise ReportError(f"{args.report}: no runs")
     if args.csv:
-        keys = list(verdicts[0].rows[0].keys())
+        fields = ["case_run", "window", "warmup", "t_start_s", "t_end_s", "rank", "samples", "layers", "layer_p10_ms",
+                  "layer_p50_ms", "layer_p90_ms", *(f"{c}_max" for c, _, _, _ in _FIGURES)]
         try:
             with open(args.csv, "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=["case_run", *keys[1:]])
+                w = csv.DictWriter(f, fieldnames=fields)
                 w.writeheader()
                 for v in verdicts:
                     for row in v.rows:
-                        w.writerow({"case_run": v.name, **{k: row[k] for k in keys[1:]}})
+                        w.writerow({"case_run": v.name, **{k: row[k] for k in fields[1:]}})
         except OSError as e:
             raise ReportError(f"{args.csv}: cannot write: {e.strerror or e}") from None
     return 0 if all(v.passed for v in verdicts) else 1

@@ -277,3 +277,14 @@ def test_sampler_and_verdict_catch_a_real_leak(tmp_path: Path, rng: np.random.Ge
     verdict = res.out.split("FAIL:")[-1]
     assert "host RSS MiB rank 1 grew" in verdict and "open fds rank 1 grew" in verdict
     assert "rank 0" not in verdict
+
+
+def test_samples_outside_the_timed_span_fail_without_a_crash(tmp_path: Path, rng: np.random.Generator) -> None:
+    """Samples of another run (all before the timed span): no rank was watched, a FAIL."""
+    samples = [flat_samples(), flat_samples()]
+    for s in samples:
+        s["time_s"] = s["time_s"] - 500.0
+    res = soak(tmp_path, samples, layer_times(rng))
+    assert res.rc == 1 and "expected 0..1" in res.out and "Traceback" not in res.err, res.out + res.err
+    with open(tmp_path / "windows.csv") as f:
+        assert list(csv.DictReader(f)) == []
