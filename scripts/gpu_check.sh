@@ -320,8 +320,8 @@ fi
   fi
   if [ -s "$SOAK_DIR/soak-table.txt" ]; then
     echo
-    echo "soak (per window: samples, GPU memory.used and the ranks' own GPU MiB, host RSS, fds and threads at"
-    echo "their peak over ranks, and the layer's p10/p50/p90; every run's windows in $SOAK_DIR/soak-windows.csv)"
+    echo "soak (per window: samples; the floors of GPU memory.used, the ranks' own GPU MiB, host RSS, fds and"
+    echo "threads, the largest over ranks; the layer's p10/p50/p90; every run's windows in $SOAK_DIR/soak-windows.csv)"
     cat "$SOAK_DIR/soak-table.txt"
   fi
   if [ -s "$LOG/bench.log" ]; then

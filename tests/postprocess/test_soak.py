@@ -91,7 +91,7 @@ def test_flat_run_passes_and_writes_the_windows(tmp_path: Path, rng: np.random.G
     with open(tmp_path / "windows.csv") as f:
         win = list(csv.DictReader(f))
     assert len(win) == 10 * RANKS
-    assert {float(w["rss_mib_max"]) for w in win} == {900_000 / 1024}
+    assert {float(w["rss_mib_max"]) for w in win} == {float(w["rss_mib_min"]) for w in win} == {900_000 / 1024}
     # Each window's layer percentiles are numpy's over its own 200 layers (the critical path over ranks).
     with h5py.File(tmp_path / "report.h5") as f:
         crit = f["cases/flux/ipc.v-first/stage_ms"][()][..., 6].max(axis=2).reshape(-1)
@@ -111,9 +111,10 @@ def test_flat_run_passes_and_writes_the_windows(tmp_path: Path, rng: np.random.G
 def test_growth_after_warmup_fails(tmp_path: Path, rng: np.random.Generator, figure: str, rank: int, amount: float,
                                    label: str) -> None:
     samples = [flat_samples(), flat_samples()]
-    s = samples[rank]
-    # A leak: the figure climbs steadily through the timed span.
-    s[figure] = s[figure] + np.round(np.clip((s["time_s"] - T0) / SPAN_S, 0, 1) * amount)
+    # A leak: the figure climbs steadily through the timed span (memory.used is the GPU's:
+    # every rank's row carries the same value).
+    for s in samples if figure == "gpu_used_mib" else [samples[rank]]:
+        s[figure] = s[figure] + np.round(np.clip((s["time_s"] - T0) / SPAN_S, 0, 1) * amount)
     res = soak(tmp_path, samples, layer_times(rng))
     assert res.rc == 1, res.out + res.err
     assert f"{label} grew" in res.out and "soak flux/ipc.v-first: FAIL" in res.out
@@ -125,6 +126,21 @@ def test_a_leak_inside_the_tolerance_passes_and_one_just_above_fails(tmp_path: P
         samples = [flat_samples(), flat_samples()]
         samples[0]["rss_kib"] = samples[0]["rss_kib"] + np.clip((samples[0]["time_s"] - T0) / SPAN_S, 0, 1) * mib * 1024
         assert soak(tmp_path, samples, stage_ms).rc == rc
+
+
+def test_a_moment_held_is_not_growth(tmp_path: Path, rng: np.random.Generator) -> None:
+    """A descriptor and 50 MiB held for one sample now and then (a target exchanged every
+    layer, as under no-target-cache): the floor stays, so it passes; held for good, it fails."""
+    samples = [flat_samples(), flat_samples()]
+    s = samples[1]
+    blips = np.arange(40, s["time_s"].size, 37)  # one sample in every few windows
+    s["fds"][blips] += 1
+    s["rss_kib"][blips] += 50 * 1024
+    res = soak(tmp_path, samples, layer_times(rng))
+    assert res.rc == 0, res.out + res.err
+    s["fds"][blips[3]:] += 1  # from the fourth blip on, the descriptor stays open
+    res = soak(tmp_path, samples, layer_times(rng))
+    assert res.rc == 1 and "open fds rank 1 grew +1.0" in res.out, res.out
 
 
 def test_growth_during_warmup_and_after_the_timed_layers_is_not_judged(tmp_path: Path,
