@@ -97,6 +97,15 @@ def _nvidia_smi(args: list[str]) -> list[list[str]]:
     return [[c.strip() for c in line.split(",")] for line in p.stdout.splitlines() if line.strip()]
 
 
+def _mib(text: str) -> str:
+    """A figure of nvidia-smi as it came, or blank where it is none ("[N/A]", "[Not Supported]")."""
+    try:
+        float(text)
+    except ValueError:
+        return ""
+    return text
+
+
 def _gpu_sample(gpu: str) -> tuple[str, dict[int, str]]:
     """(memory.used of the GPU in MiB, pid -> used_memory MiB); blanks without nvidia-smi."""
     used = _nvidia_smi(["--query-gpu=memory.used", "-i", gpu])
@@ -104,8 +113,8 @@ def _gpu_sample(gpu: str) -> tuple[str, dict[int, str]]:
     per_pid = {}
     for row in apps:
         if len(row) == 2 and row[0].isdigit():
-            per_pid[int(row[0])] = row[1]
-    return (used[0][0] if used and used[0] else ""), per_pid
+            per_pid[int(row[0])] = _mib(row[1])
+    return (_mib(used[0][0]) if used and used[0] else ""), per_pid
 
 
 class GpuPoller:

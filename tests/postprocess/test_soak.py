@@ -211,21 +211,29 @@ def test_sampler_follows_the_named_processes_and_the_gpu(tmp_path: Path) -> None
     fake = tmp_path / "bin"
     fake.mkdir()
     smi = fake / "nvidia-smi"
-    smi.write_text("#!/bin/sh\ncase \"$*\" in *query-gpu*) echo 1234 ;; *query-compute-apps*) echo \"1, 7\" ;; esac\n")
+    p0, p1 = tmp_path / "pid0", tmp_path / "pid1"
+    # Per process: pid 1 (not a rank), rank 0 "[N/A]" (as nvidia-smi says in some
+    # containers: left blank), rank 1 42 MiB. Each call takes 0.3 s, as a slow nvidia-smi
+    # can: the /proc samples must not wait for it.
+    smi.write_text("#!/bin/sh\nsleep 0.3\ncase \"$*\" in\n*query-gpu*) echo 1234 ;;\n"
+                   f"*query-compute-apps*) echo '1, 7'; [ -s {p0} ] && echo \"$(cat {p0}), [N/A]\"; "
+                   f"[ -s {p1} ] && echo \"$(cat {p1}), 42\" ;;\nesac\nexit 0\n")
     smi.chmod(0o755)
     out = tmp_path / "samples.csv"
     env = dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ['PATH']}")
-    cmd = [sys.executable, str(REPO / "scripts" / "soak_sample.py"), "--interval", "0.1", "--name", "sleep",
-           "-o", str(out), "--", "sh", "-c",
-           "OMPI_COMM_WORLD_RANK=0 sleep 1.5 & OMPI_COMM_WORLD_RANK=1 sleep 1.5 & wait; exit 3"]
+    cmd = [sys.executable, str(REPO / "scripts" / "soak_sample.py"), "--interval", "0.1", "--gpu-interval", "0.1",
+           "--name", "sleep", "-o", str(out), "--", "sh", "-c",
+           f"OMPI_COMM_WORLD_RANK=0 sleep 1.5 & echo $! > {p0}; OMPI_COMM_WORLD_RANK=1 sleep 1.5 & echo $! > {p1}; "
+           "wait; exit 3"]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
     assert p.returncode == 3, p.stderr  # the command's own exit status
     with open(out) as f:
         rows = list(csv.DictReader(f))
-    assert {r["rank"] for r in rows} == {"0", "1"} and len(rows) >= 10
+    assert {r["rank"] for r in rows} == {"0", "1"} and len(rows) >= 16  # 2 ranks, 1.5 s at 0.1 s
     assert all(int(r["rss_kib"]) > 0 and int(r["fds"]) >= 3 and int(r["threads"]) == 1 for r in rows)
     assert {r["gpu_used_mib"] for r in rows[-4:]} == {"1234"}
-    assert {r["gpu_proc_mib"] for r in rows} == {""}  # pid 1 is not one of the ranks
+    assert {r["gpu_proc_mib"] for r in rows if r["rank"] == "0"} == {""}
+    assert {r["gpu_proc_mib"] for r in rows[-4:] if r["rank"] == "1"} == {"42"}
 
 
 def test_sim_soak_end_to_end(app: Path, tmp_path: Path) -> None:
