@@ -256,7 +256,8 @@ PY=python3
 # and p50 across 10 windows, parity: docs/soak.md) is the step's exit status. FLUX 1024
 # took 1.1 ms a layer at one rank and 7.1 ms at two sharing the GPU
 # (docs/measured/2026-12-01-h200): about 2 x 15 s + 2 x 80 s of layers, with start-up
-# about 4 minutes for the four runs (estimated). SOAK_POST_ARGS passes tolerances on.
+# about 4 minutes for the four runs (estimated); a probe before each run cuts its layers
+# where they would take over SOAK_BUDGET_S (150 s). SOAK_POST_ARGS passes tolerances on.
 SOAK_DIR=$LOG/soak
 if [ $app_built -eq 1 ] && want soak; then
   rm -rf "$SOAK_DIR"

@@ -12,7 +12,9 @@
 # SOAK_REPEATS repeats they are split into (10; each starts with SOAK_WARMUP untimed layers:
 # 20 gpu, 5 sim), SOAK_NP rank counts ("1 2"), SOAK_TRANSPORTS ("ipc vmm"), SOAK_INTERVAL
 # seconds between samples of /proc (0.2 gpu, 0.05 sim; nvidia-smi every 0.5 s), SOAK_WINDOWS (10, the first the warm-up),
-# SOAK_APP (build-gpu/app/ulysses-ipc, sim: build/app/ulysses-ipc), SOAK_DIR where everything
+# SOAK_BUDGET_S seconds of layers a run may take (150 gpu, measured by a probe run first;
+# 0 = no bound, the sim default), SOAK_APP (build-gpu/app/ulysses-ipc, sim:
+# build/app/ulysses-ipc), SOAK_DIR where everything
 # goes (build-gpu/logs/soak, sim: build/soak), PY a python with h5py and numpy
 # (/opt/torch/.venv/bin/python where it exists, else python3), SOAK_POST_ARGS more options
 # of `ulysses-post soak` (tolerances; sim: the timing checks loosened, below).
@@ -71,7 +73,27 @@ POST_ARGS=(--windows "$WINDOWS")
 read -r -a EXTRA <<<"${SOAK_POST_ARGS:-}"
 POST_ARGS+=("${EXTRA[@]}")
 
-ITERS=$((LAYERS / REPEATS))
+# A bound on each run's time: on a GPU a short probe run (10 + 100 layers) measures the
+# wall time a layer takes, and where LAYERS would take longer than SOAK_BUDGET_S (150 s a
+# run) the run gets fewer timed layers, and says so, rather than running into the
+# caller's time limit (two ranks time-slicing one GPU are the uncertain case).
+# SOAK_BUDGET_S=0: no probe (the default in simulation mode).
+BUDGET=${SOAK_BUDGET_S:-$([ "$MODE" = gpu ] && echo 150 || echo 0)}
+[[ "$BUDGET" =~ ^[0-9]+$ ]] || { echo "soak.sh: SOAK_BUDGET_S must be whole seconds, not '$BUDGET'" >&2; exit 2; }
+# probe_ms NP DECK_ARGS...: the wall time of one layer in ms, from a probe run's timed span.
+probe_ms() {
+  local np=$1
+  shift
+  "$APP" deck new "$@" --ulysses "$np" --warmup 10 --iterations 100 --repeats 1 -o "$DIR/probe.h5" >/dev/null 2>&1 &&
+    mpirun -np "$np" --oversubscribe "${MPI_ENV[@]}" "$APP" "$DIR/probe.h5" -o "$DIR/probe-report.h5" "${run_args[@]}" \
+      --quiet >/dev/null 2>&1 &&
+    "$PY" -c 'import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    c = f["cases"][f.attrs["cases"][0]]
+    a = c[c.attrs["runs"][0]].attrs
+    print("%.3f" % (1e3 * (a["timed_wall_end_s"] - a["timed_wall_start_s"]) / 110))' "$DIR/probe-report.h5"
+}
+
 MPI_ENV=()
 [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && MPI_ENV=(-x CUDA_VISIBLE_DEVICES)
 rc_all=0
@@ -80,8 +102,6 @@ for np in $NPS; do
     tag=np$np-$t
     deck=$DIR/deck-$tag.h5 report=$DIR/report-$tag.h5 samples=$DIR/samples-$tag.csv log=$DIR/run-$tag.log
     rm -f "$report" "$samples" "$DIR/windows-$tag.csv" "$DIR/soak-$tag.txt"
-    common=(--ulysses "$np" --transports "$t" --schedules v-first --ablations none --warmup "$WARMUP"
-      --iterations "$ITERS" --repeats "$REPEATS")
     run_args=(--mode "$MODE" --gather ipc)
     if [ "$MODE" = gpu ]; then
       # The FLUX.1-dev 1024 layer (its Ulysses2 case, at the Ulysses degree of the run).
@@ -90,13 +110,32 @@ for np in $NPS; do
     else
       deck_args=(--name soak-sim --batch 1 --seq-len 256 --heads 4 --head-dim 64 --qk-norm rms --rope 1d)
     fi
+    deck_args+=(--transports "$t" --schedules v-first --ablations none)
+    ITERS=$((LAYERS / REPEATS))
+    budget_note=""
+    if [ "$BUDGET" -gt 0 ]; then
+      if ms=$(probe_ms "$np" "${deck_args[@]}"); then
+        # The timed layers that fit: REPEATS x (WARMUP + ITERS) layers of ms each.
+        fit=$("$PY" -c "import sys; print(int(float(sys.argv[1]) * 1e3 / (float(sys.argv[2]) * float(sys.argv[3]))) - \
+int(sys.argv[4]))" "$BUDGET" "$ms" "$REPEATS" "$WARMUP")
+        budget_note="probe: ${ms} ms a layer (wall)"
+        if [ "$fit" -lt "$ITERS" ]; then
+          ITERS=$((fit > WINDOWS / REPEATS + 1 ? fit : WINDOWS / REPEATS + 1))
+          budget_note="$budget_note; $LAYERS layers would take longer than ${BUDGET} s: $((ITERS * REPEATS)) instead"
+        fi
+      else
+        budget_note="probe failed (the run below says why); $LAYERS layers as asked"
+      fi
+      rm -f "$DIR/probe.h5" "$DIR/probe-report.h5"
+    fi
+    common=(--ulysses "$np" --warmup "$WARMUP" --iterations "$ITERS" --repeats "$REPEATS")
     if ! "$APP" deck new "${deck_args[@]}" "${common[@]}" -o "$deck" >"$log" 2>&1; then
       echo "soak $tag: FAIL (deck new, see $log)" | tee "$DIR/soak-$tag.txt"
       rc_all=1
       continue
     fi
-    echo "soak $tag: $LAYERS layers ($REPEATS x ($WARMUP warmup + $ITERS timed)), $MODE mode, sampling every ${INTERVAL}s"
-    [ "$MODE" = gpu ] && echo "  (FLUX 1024: about 1.1 ms a layer at one rank, 7 ms at two sharing the GPU)"
+    echo "soak $tag: $((ITERS * REPEATS)) timed layers ($REPEATS x ($WARMUP warmup + $ITERS timed)), $MODE mode," \
+      "sampling every ${INTERVAL}s${budget_note:+; $budget_note}"
     t0=$SECONDS
     "$PY" scripts/soak_sample.py --interval "$INTERVAL" -o "$samples" -- \
       mpirun -np "$np" --oversubscribe "${MPI_ENV[@]}" "$APP" "$deck" -o "$report" "${run_args[@]}" >>"$log" 2>&1
@@ -111,7 +150,7 @@ for np in $NPS; do
     PYTHONPATH=$ROOT/postprocess "$PY" -m ulysses_post soak "$samples" "$report" "${POST_ARGS[@]}" \
       --csv "$DIR/windows-$tag.csv" >"$DIR/soak-$tag.txt" 2>&1
     prc=$?
-    sed -i "1i == soak $tag ($((SECONDS - t0)) s, run exit $rc)" "$DIR/soak-$tag.txt"
+    sed -i "1i == soak $tag ($((SECONDS - t0)) s, run exit $rc${budget_note:+; $budget_note})" "$DIR/soak-$tag.txt"
     cat "$DIR/soak-$tag.txt"
     if [ $prc -ne 0 ]; then
       echo "soak $tag: FAIL (ulysses-post soak exited $prc)"

@@ -312,3 +312,21 @@ def test_samples_outside_the_timed_span_fail_without_a_crash(tmp_path: Path, rng
     assert res.rc == 1 and "expected 0..1" in res.out and "Traceback" not in res.err, res.out + res.err
     with open(tmp_path / "windows.csv") as f:
         assert list(csv.DictReader(f)) == []
+
+
+def test_sim_soak_within_a_time_budget(app: Path, tmp_path: Path) -> None:
+    """SOAK_BUDGET_S: a probe run measures a layer's wall time, and a run that would take
+    longer gets fewer timed layers and says so (how the GPU soak stays inside its time)."""
+    env = dict(os.environ, SOAK_MODE="sim", SOAK_LAYERS="3000", SOAK_BUDGET_S="2", SOAK_NP="1", SOAK_TRANSPORTS="ipc",
+               SOAK_APP=str(app), SOAK_DIR=str(tmp_path), PY=sys.executable)
+    p = subprocess.run([str(REPO / "scripts" / "soak.sh")], env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "3000 layers would take longer than 2 s" in p.stdout and "soak np1-ipc: PASS" in p.stdout
+    with h5py.File(tmp_path / "report-np1-ipc.h5") as f:
+        g = f["cases/soak-sim/ipc.v-first"]
+        timed = g["stage_ms"].shape[0] * g["stage_ms"].shape[1]
+        # 10 repeats of 5 warmup + the timed layers fit in the budget (the probe's layer
+        # time, start-up included, is a little long), and far fewer than asked.
+        assert 10 <= timed < 3000 // 5
+        assert g.attrs["timed_wall_end_s"] - g.attrs["timed_wall_start_s"] < 2 * 2.0
+    assert not (tmp_path / "probe.h5").exists()
