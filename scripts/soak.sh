@@ -19,8 +19,8 @@
 # (/opt/torch/.venv/bin/python where it exists, else python3), SOAK_POST_ARGS more options
 # of `ulysses-post soak` (tolerances; sim: the timing checks loosened, below).
 #
-# Every run's gather is --gather ipc: NCCL refuses two ranks on one GPU, and the soak
-# watches the IPC protocol's resources. Writes per run (np N, transport T) in SOAK_DIR:
+# The gather of several ranks is --gather ipc (NCCL refuses two ranks on one GPU); at one
+# rank it is NCCL's (--gather auto), as in the GPU check's one-rank runs. Writes per run (np N, transport T) in SOAK_DIR:
 # deck-npN-T.h5, report-npN-T.h5, samples-npN-T.csv, windows-npN-T.csv, soak-npN-T.txt
 # (the table), run-npN-T.log; and soak-windows.csv (the windows) and soak-table.txt (the
 # tables) of every run in SOAK_DIR, earlier calls' included (use a fresh SOAK_DIR for a
@@ -102,7 +102,9 @@ for np in $NPS; do
     tag=np$np-$t
     deck=$DIR/deck-$tag.h5 report=$DIR/report-$tag.h5 samples=$DIR/samples-$tag.csv log=$DIR/run-$tag.log
     rm -f "$report" "$samples" "$DIR/windows-$tag.csv" "$DIR/soak-$tag.txt"
-    run_args=(--mode "$MODE" --gather ipc)
+    # The gather: at one rank NCCL's (what the GPU check's one-rank runs use), with ranks
+    # sharing the GPU IPC's, riding on the scatter's transport (NCCL refuses them).
+    run_args=(--mode "$MODE" --gather "$([ "$np" -gt 1 ] && echo ipc || echo auto)")
     if [ "$MODE" = gpu ]; then
       # The FLUX.1-dev 1024 layer (its Ulysses2 case, at the Ulysses degree of the run).
       deck_args=(--preset flux-dev-1024 --name flux-dev-1024.u2)

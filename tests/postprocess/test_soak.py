@@ -251,8 +251,9 @@ def test_sim_soak_end_to_end(app: Path, tmp_path: Path) -> None:
         with h5py.File(tmp_path / f"report-{tag}.h5") as f:
             g = f["cases/soak-sim"][f"{tag[4:]}.v-first"]
             assert g["stage_ms"].shape[:3] == (10, 30, int(tag[2]))
-            # --gather ipc rides on the scatter's transport: no NCCL, even at one rank.
-            assert g.attrs["gather_transport"] == tag[4:] and g.attrs["parity_pass"] == 1
+            # Two ranks: --gather ipc rides on the scatter's transport (no NCCL); one: NCCL's.
+            assert g.attrs["gather_transport"] == (tag[4:] if tag[2] == "2" else "nccl")
+            assert g.attrs["parity_pass"] == 1
             span = g.attrs["timed_wall_start_s"], g.attrs["timed_wall_end_s"]
         # The timed span lies inside the run the sampler watched (start-up before it, the
         # parity check, traced layer and report after it).
