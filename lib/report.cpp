@@ -142,6 +142,8 @@ void write_run(const h5::Group& cg, const RunResult& r) {
   g.write_attr("cache_hits", r.cache_hits);
   g.write_attr("cache_misses", r.cache_misses);
   g.write_attr("cache_evictions", r.cache_evictions);
+  g.write_attr("timed_wall_start_s", r.timed_wall_start_s);
+  g.write_attr("timed_wall_end_s", r.timed_wall_end_s);
   g.write_attr("scatter_bytes_per_rank", r.scatter_bytes_per_rank);
   g.write_attr("gather_bytes_per_rank", r.gather_bytes_per_rank);
   g.write_attr("repeats", r.repeats);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -62,6 +63,11 @@ struct RunResult {
   int ulysses_nodes = 1;            // nodes that rank 0's Ulysses group spans
   int hier_chunks = 0;              // token chunks per batch of hier's pipeline (0: not hier)
   int64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0;
+  // Rank 0's wall clock (Unix seconds) when the repeats began and when the last timed
+  // layer ended, so that samples taken beside the run (scripts/soak.sh) can be placed
+  // on the timed layers; NaN when nothing was timed (--mode model).
+  double timed_wall_start_s = std::numeric_limits<double>::quiet_NaN();
+  double timed_wall_end_s = std::numeric_limits<double>::quiet_NaN();
   // [step], of the last repeat: the output's errors against the dense reference and
   // against the case's first exact run of the same schedule (NaN for that run itself),
   // and the inter-node bytes of the step's first layer, all ranks together, sent and

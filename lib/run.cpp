@@ -39,6 +39,11 @@ std::string iso_date_utc() {
   return buf;
 }
 
+// Unix seconds, for placing the timed layers on the clock of samplers beside the run.
+double wall_clock_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 std::string mpi_version() {
   char v[MPI_MAX_LIBRARY_VERSION_STRING];
   int len = 0;
@@ -485,6 +490,7 @@ int run_deck(const RunOptions& opt) {
           pipe.enqueue_layer();
           compute->synchronize();
         }
+        if (!model_mode) rr.timed_wall_start_s = wall_clock_s();
         for (int rep = 0; rep < (model_mode ? 0 : c.repeats); ++rep) {
           const bool last_rep = rep == c.repeats - 1;
           for (int t = 0; t < steps; ++t) {
@@ -532,6 +538,7 @@ int run_deck(const RunOptions& opt) {
             }
             set_activity("gathering the timings");
             gather_timings(times, world, rep, t * c.iterations, rr, wd);
+            rr.timed_wall_end_s = wall_clock_s();
             if (!last_rep) continue;
             // The step's output: against the dense reference, and (approximate runs, or
             // exact runs after the first) against the exact run's output of the step.

@@ -12,8 +12,11 @@
 # 1 rank, and 2 and 4 ranks sharing it), ablations (one rank: every transport, schedule
 # and ablation at Ulysses1, and the latency floor), multi (with two GPUs or more: one GPU per rank,
 # IPC and VMM against NCCL at Ulysses2 on the model decks, and the 4-rank layouts on the
-# GPUs there are). The one-GPU sections pin every rank to the first visible GPU, so a
-# machine with several GPUs also runs what the one-GPU machine runs.
+# GPUs there are), soak (not in the default list, ~4-5 min: FLUX 1024 for 10,000 layers a
+# run at 1 rank and 2 ranks sharing the GPU, over ipc and vmm, with memory, RSS and fds
+# sampled: scripts/soak.sh; SOAK_LAYERS=N for fewer). The one-GPU sections pin every rank
+# to the first visible GPU, so a machine with several GPUs also runs what the one-GPU
+# machine runs.
 #
 # Kokkos and CLI11: where the machine has none, the Debian packages carried in
 # .kokkos/*.deb (apt-get download libtrilinos-kokkos-dev libtrilinos-kokkos-13.2
@@ -147,7 +150,7 @@ APP_LOG=$LOG/app.log
 APP=build-gpu/app/ulysses-ipc
 mkdir -p "$LOG/reports"
 app_built=0
-if { want app || want ablations || want multi; } &&
+if { want app || want ablations || want multi || want soak; } &&
   run_step "build ulysses-ipc" "$APP_LOG" "${APP_BUILD_LIMIT:-240}" cmake --build build-gpu --target ulysses-ipc -j"$JOBS"; then
   app_built=1
 fi
@@ -243,9 +246,32 @@ if [ $app_built -eq 1 ] && want multi && [ "$NGPU" -ge 2 ]; then
   done
 fi
 
+PY=python3
+[ -x /opt/torch/.venv/bin/python ] && PY=/opt/torch/.venv/bin/python
+
+# --- the soak: one run per rank count and transport, every rank on the first visible GPU
+# (two ranks share it: time-sliced, so their layer times are functional evidence only).
+# Each run: 10 repeats of (20 warmup + 1000 timed) layers, /proc sampled every 0.2 s and
+# nvidia-smi every 0.5 s; the verdict (growth after the first window, the layer's p90/p10
+# and p50 across 10 windows, parity: docs/soak.md) is the step's exit status. FLUX 1024
+# took 1.1 ms a layer at one rank and 7.1 ms at two sharing the GPU
+# (docs/measured/2026-12-01-h200): about 2 x 15 s + 2 x 80 s of layers, with start-up
+# about 4 minutes for the four runs (estimated); a probe before each run cuts its layers
+# where they would take over SOAK_BUDGET_S (150 s). SOAK_POST_ARGS passes tolerances on.
+SOAK_DIR=$LOG/soak
+if [ $app_built -eq 1 ] && want soak; then
+  rm -rf "$SOAK_DIR"
+  for np in 1 2; do
+    for t in ipc vmm; do
+      run_step "soak np$np $t (${SOAK_LAYERS:-10000} layers)" "$LOG/soak.log" "${SOAK_LIMIT:-300}" "${ONE_GPU[@]}" \
+        env SOAK_MODE=gpu SOAK_NP=$np SOAK_TRANSPORTS=$t SOAK_APP="$APP" SOAK_DIR="$SOAK_DIR" PY="$PY" \
+        SOAK_LAYERS="${SOAK_LAYERS:-10000}" scripts/soak.sh
+    done
+  done
+  [ -n "${OUT:-}" ] && [ -f "$SOAK_DIR/soak-windows.csv" ] && cp "$SOAK_DIR/soak-windows.csv" "$OUT/soak-windows.csv"
+fi
+
 if [ $app_built -eq 1 ]; then
-  PY=python3
-  [ -x /opt/torch/.venv/bin/python ] && PY=/opt/torch/.venv/bin/python
   # One GPU per rank: each transport's scatter against NCCL's under the same schedule
   # ("scatter x") and against the link bound, the bytes a rank sends over bench_kernels'
   # measured peer rate with both directions busy ("link bound").
@@ -292,6 +318,12 @@ fi
     echo
     echo "app runs (median ms per stage; shared-GPU runs are functional evidence only)"
     cat "$LOG/app-table.txt"
+  fi
+  if [ -s "$SOAK_DIR/soak-table.txt" ]; then
+    echo
+    echo "soak (per window: samples; the floors of GPU memory.used, the ranks' own GPU MiB, host RSS, fds and"
+    echo "threads, the largest over ranks; the layer's p10/p50/p90; every run's windows in $SOAK_DIR/soak-windows.csv)"
+    cat "$SOAK_DIR/soak-table.txt"
   fi
   if [ -s "$LOG/bench.log" ]; then
     echo

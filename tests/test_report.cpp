@@ -152,6 +152,8 @@ RunResult make_run(int id, const std::string& transport, const std::string& sche
   r.cache_hits = 10 + id;
   r.cache_misses = 3;
   r.cache_evictions = id;
+  r.timed_wall_start_s = 1.8e9 + id;
+  r.timed_wall_end_s = r.timed_wall_start_s + 12.5;
   return r;
 }
 
@@ -272,6 +274,8 @@ TEST(Report, WrittenAndReadBackWithPlainHdf5) {
       EXPECT_EQ(attr_int(g, "cache_hits"), r.cache_hits);
       EXPECT_EQ(attr_int(g, "cache_misses"), r.cache_misses);
       EXPECT_EQ(attr_int(g, "cache_evictions"), r.cache_evictions);
+      EXPECT_DOUBLE_EQ(attr_double(g, "timed_wall_start_s"), r.timed_wall_start_s);
+      EXPECT_DOUBLE_EQ(attr_double(g, "timed_wall_end_s"), r.timed_wall_end_s);
       EXPECT_EQ(attr_int(g, "scatter_bytes_per_rank"), r.scatter_bytes_per_rank);
       EXPECT_EQ(attr_int(g, "gather_bytes_per_rank"), r.gather_bytes_per_rank);
 

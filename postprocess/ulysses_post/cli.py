@@ -1,4 +1,4 @@
-"""The `ulysses-post` command line: summarize, compare, plot, trace.
+"""The `ulysses-post` command line: summarize, compare, plot, trace, soak.
 
 Every expected failure (a missing file, a file that is not a report, an unknown schema
 version, an inconsistent report, an unknown case) ends in one line on stderr and exit
@@ -79,10 +79,21 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("-o", "--output", required=True, metavar="FILE", help="the JSON file to write")
     t.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
     t.add_argument("--run", action="append", metavar="NAME", help="only this run, e.g. ipc.v-first (repeatable)")
+    k = sub.add_parser("soak", help="a soak's verdict: growth of sampled memory/fds after warm-up, timing stability",
+                       description="Places what scripts/soak_sample.py sampled beside a run on the report's timed "
+                                   "layers, in windows: fails when GPU memory, RSS, fds or threads grow after the "
+                                   "warm-up, the layer's p90/p10 or p50 wanders, or parity failed. Exit 1 on FAIL.")
+    from .soak import add_arguments
+
+    add_arguments(k)
     return p
 
 
-def _run(args: argparse.Namespace) -> None:
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "soak":
+        from .soak import run
+
+        return run(args)
     if args.command == "summarize":
         from .summarize import summarize
 
@@ -107,12 +118,14 @@ def _run(args: argparse.Namespace) -> None:
         report = load_report(args.report)
         for path in plot(report, args.output, args.case, [load_report(r) for r in args.reports]):
             print(f"wrote {path}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        _run(args)
+        if _run(args):
+            return 1  # soak: a verdict of FAIL, not bad input
     except ReportError as e:
         print(f"ulysses-post {args.command}: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
