@@ -69,3 +69,10 @@ set_tests_properties(install_example PROPERTIES LABELS "install;mpi" TIMEOUT 900
 # without Slurm and munge (tests/slurm/install.sh installs them; CI requires them).
 add_test(NAME slurm_jobs COMMAND ${PROJECT_SOURCE_DIR}/tests/slurm/run_jobs.sh ${PROJECT_BINARY_DIR})
 set_tests_properties(slurm_jobs PROPERTIES LABELS "slurm;mpi" TIMEOUT 900 SKIP_RETURN_CODE 77)
+
+# Golden regression (tests/golden/golden.py): the shipped decks, a subset of tests/decks
+# and bad options, their exit codes, first error lines and reports (structure, digests,
+# parity, modelled figures; not provenance or CPU times) against tests/golden/golden.txt.
+# Regenerate after an intended change: python3 tests/golden/golden.py --app build/app/ulysses-ipc --update
+add_test(NAME golden COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/golden/golden.py --app $<TARGET_FILE:ulysses-ipc>)
+set_tests_properties(golden PROPERTIES LABELS "e2e;mpi" TIMEOUT 600 ENVIRONMENT "${ULYSSES_TEST_ENV}")
