@@ -5,7 +5,7 @@
 
 #include "api/internal.hpp"
 #include "base/error.hpp"
-#include "comm/host_device.hpp"
+#include "comm/device/host_device.hpp"
 #include "git_rev.h"
 
 namespace ulysses_ipc {

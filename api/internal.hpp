@@ -6,10 +6,10 @@
 #include <memory>
 
 #include "comm/bootstrap.hpp"
-#include "comm/collectives.hpp"
-#include "comm/device.hpp"
+#include "comm/collectives/collectives.hpp"
+#include "comm/device/device.hpp"
 #include "comm/nodes.hpp"
-#include "comm/transport.hpp"
+#include "comm/transport/transport.hpp"
 #include "ulysses_ipc/ulysses_ipc.hpp"
 
 namespace ulysses_ipc {

@@ -16,12 +16,12 @@
 
 #include "base/error.hpp"
 #include "git_rev.h"
-#include "comm/host_device.hpp"
-#include "lib/cli.hpp"
-#include "lib/deck_cli.hpp"
-#include "lib/model_cli.hpp"
-#include "lib/report.hpp"
-#include "lib/run.hpp"
+#include "comm/device/host_device.hpp"
+#include "app/cli.hpp"
+#include "app/deck_cli.hpp"
+#include "app/model_cli.hpp"
+#include "lib/report/report.hpp"
+#include "lib/run/run.hpp"
 
 namespace {
 

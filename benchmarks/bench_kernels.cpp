@@ -32,10 +32,10 @@
 #include "base/dtype.hpp"
 #include "base/error.hpp"
 #include "benchmarks/bench_probe.hpp"
-#include "comm/cuda_device.hpp"
+#include "comm/device/cuda_device.hpp"
 #include "kernels/cuda_internal.hpp"
 #include "kernels/cuda_kernels.hpp"
-#include "lib/hdf5_file.hpp"
+#include "lib/hdf5/hdf5_file.hpp"
 
 namespace {
 

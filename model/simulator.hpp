@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "model/machine.hpp"
-#include "model/trace.hpp"
+#include "model/trace/trace.hpp"
 
 namespace uipc::model {
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "base/dtype.hpp"
-#include "comm/cuda_device.hpp"
+#include "comm/device/cuda_device.hpp"
 #include "kernels/cuda_internal.hpp"
 #include "kernels/cuda_kernels.hpp"
 

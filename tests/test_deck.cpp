@@ -12,8 +12,8 @@
 
 #include "tests/deck_testing.hpp"
 #include "base/error.hpp"
-#include "lib/deck.hpp"
-#include "lib/deck_cli.hpp"
+#include "lib/deck/deck.hpp"
+#include "app/deck_cli.hpp"
 
 namespace fs = std::filesystem;
 using uipc::Case;

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "lib/deck.hpp"
+#include "lib/deck/deck.hpp"
 
 namespace {
 
