@@ -24,10 +24,6 @@
 
 namespace uipc::model {
 
-struct OpTime {
-  double start_ms = 0, end_ms = 0;
-};
-
 struct Timeline {
   std::vector<std::vector<OpTime>> ranks;  // [rank][op], as the traces' ops
   // Value waits satisfied by a write from before the trace (RankTrace::prior_writes:

@@ -24,7 +24,6 @@
 #include <vector>
 
 #include "comm/device/device.hpp"
-#include "model/simulator.hpp"
 #include "model/trace/trace.hpp"
 
 namespace uipc {

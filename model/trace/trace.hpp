@@ -86,6 +86,12 @@ struct RankTrace {
   std::vector<WordValue> prior_writes;    // what this rank had written before the trace
 };
 
+// One op's start and end (ms from the start of the traced layer): what the simulator
+// computes for every op, and what the device layer's modelled clock reads back.
+struct OpTime {
+  double start_ms = 0, end_ms = 0;
+};
+
 // A compact byte string of a trace (for the exchange between ranks) and back. The
 // reader checks every count and index; a malformed string throws std::runtime_error.
 std::string serialize(const RankTrace& t);
