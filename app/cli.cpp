@@ -7,15 +7,10 @@
 #include <utility>
 
 #include "base/error.hpp"
+#include "base/text.hpp"
 
 namespace uipc::cli {
 namespace {
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
-  return s;
-}
 
 // strtod over the whole word; false when it is not a number.
 bool to_number(const std::string& v, double& x) {

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "app/cli.hpp"
 
 namespace uipc {
@@ -252,12 +253,6 @@ const Preset* find_preset(const std::string& name) {
   return nullptr;
 }
 
-std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
-  return s;
-}
-
 // ------------------------------------------------------------------ the command line
 // `deck new|show|presets|help` on CLI11: each option declared once below, with its
 // help and its check; a field option's check parses the value as the field would.
@@ -325,7 +320,7 @@ E parse_named(const std::string& v, int count, const char* (*name_of)(E)) {
 struct FieldOption {
   const char* flag;
   const char* arg;
-  const char* help;
+  std::string help;
   void (*apply)(Case& c, const std::string& v);  // throws BadValue
 };
 
@@ -362,8 +357,7 @@ const std::vector<FieldOption>& field_options() {
        [](Case& c, const std::string& v) { c.transports = parse_list(v); }},
       {"--schedules", "a,b", "schedules to compare (baseline, v-first, v-project-first, v-first-split)",
        [](Case& c, const std::string& v) { c.schedules = parse_list(v); }},
-      {"--ablations", "a,b", "ablation runs beside the full design (own-slice-copy, no-pitched-copies, "
-                             "no-grouped-handshake, normal-priority, no-target-cache; 'none' for none)",
+      {"--ablations", "a,b", "ablation runs beside the full design (" + join(known_ablations()) + "; 'none' for none)",
        [](Case& c, const std::string& v) { c.ablations = v == "none" ? std::vector<std::string>{} : parse_list(v); }},
       {"--warmup", "W", "untimed layers before timing (0..10000)",
        [](Case& c, const std::string& v) { c.warmup = parse_int(v); }},

@@ -15,11 +15,13 @@
 #include <unistd.h>
 
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "git_rev.h"
 #include "comm/device/host_device.hpp"
 #include "app/cli.hpp"
 #include "app/deck_cli.hpp"
 #include "app/model_cli.hpp"
+#include "lib/deck/deck.hpp"
 #include "lib/report/report.hpp"
 #include "lib/run/run.hpp"
 
@@ -107,14 +109,15 @@ void declare_run_options(CLI::App& app, uipc::RunOptions& o) {
       ->type_name("N")
       ->check(integer_in(1, 4096))
       ->capture_default_str();
+  std::vector<std::string> ablations = {"none"};
+  for (const auto& a : uipc::known_ablations()) ablations.push_back(a);
   app.add_option("--ablations", o.ablations,
-                 "ablation runs beside the full design, for every case (own-slice-copy, no-pitched-copies, "
-                 "no-grouped-handshake, normal-priority, no-target-cache; 'none' for none) [default: each case's]")
+                 "ablation runs beside the full design, for every case (" + uipc::join(uipc::known_ablations()) +
+                     "; 'none' for none) [default: each case's]")
       ->type_name("A,B")
       ->delimiter(',')
       ->each([&o](const std::string&) { o.ablations_set = true; })
-      ->check(one_of({"none", "own-slice-copy", "no-pitched-copies", "no-grouped-handshake", "normal-priority",
-                      "no-target-cache"}));
+      ->check(one_of(ablations));
   app.add_flag("--allow-shared-gpu", o.backend.allow_shared_gpu, "let several ranks share a GPU (functional testing)");
   app.add_flag("--dump", o.dump, "store inputs, weights and the reference output of each case (x up to 16M elements)");
   app.add_flag("--quiet", o.quiet, "print errors only");

@@ -16,6 +16,8 @@
 #include <sstream>
 
 #include "base/error.hpp"
+#include "base/text.hpp"
+#include "comm/transport/transports.hpp"
 #include "lib/hdf5/hdf5_file.hpp"
 
 namespace uipc {
@@ -51,12 +53,6 @@ constexpr double kMaxWatchdogS = 86400.0;
 constexpr size_t kMaxCases = 1024;
 constexpr size_t kMaxNameLen = 128;
 constexpr size_t kMaxListItems = 64;
-
-std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
-  return s;
-}
 
 // Shortest decimal that reads back to the same value.
 std::string fmt_double(double v) {
@@ -219,17 +215,45 @@ void check_deck_cases(const Deck& deck, const std::string& path) {
 }  // namespace
 
 const std::vector<std::string>& known_transports() {
-  static const std::vector<std::string> v = {"nccl", "nccl-ce", "ipc", "vmm", "hier", "hier-vmajor"};
+  static const std::vector<std::string> v = [] {
+    std::vector<std::string> names;
+    for (const auto& t : transport_table()) names.push_back(t.name);
+    return names;
+  }();
   return v;
+}
+
+const std::vector<AblationKind>& ablation_table() {
+  static const std::vector<AblationKind> table = {
+      {"own-slice-copy", "the transport copies a rank's own slice instead of its producer writing it into the target",
+       false, false},
+      {"no-pitched-copies", "strided views packed contiguous before the scatter", false, true},
+      {"no-grouped-handshake", "one handshake per tensor instead of one per Q/K/V group", false, false},
+      {"normal-priority", "the copy stream at normal priority", true, false},
+      {"no-target-cache", "targets allocated and exchanged every layer", true, false},
+  };
+  return table;
 }
 
 const std::vector<std::string>& known_ablations() {
-  static const std::vector<std::string> v = {"own-slice-copy", "no-pitched-copies", "no-grouped-handshake",
-                                             "normal-priority", "no-target-cache"};
+  static const std::vector<std::string> v = [] {
+    std::vector<std::string> names;
+    for (const auto& a : ablation_table()) names.push_back(a.name);
+    return names;
+  }();
   return v;
 }
 
-bool transport_is_exact(const std::string& name) { return name != "hier-vmajor"; }
+const AblationKind* find_ablation(const std::string& name) {
+  for (const auto& a : ablation_table())
+    if (name == a.name) return &a;
+  return nullptr;
+}
+
+bool transport_is_exact(const std::string& name) {
+  const TransportKind* t = find_transport_kind(name);
+  return !t || t->exact;
+}
 
 const std::vector<std::string>& known_schedules() {
   static const std::vector<std::string> v = {"baseline", "v-first", "v-project-first", "v-first-split"};

@@ -74,10 +74,23 @@ struct Deck {
   std::vector<Case> cases;
 };
 
-// Transport and schedule names the program knows (validation and --help).
+// Transport and schedule names the program knows (validation and --help): the
+// transports from their table (comm/transport/transports.hpp), the ablations from theirs.
 const std::vector<std::string>& known_transports();
 const std::vector<std::string>& known_schedules();
 const std::vector<std::string>& known_ablations();
+
+// The one table of ablations: each switches one part of the design off, in a run of its
+// own beside the full one. The switch itself lives in the code it switches
+// (TransportOptions, PipelineOptions; lib/run/case_runner.cpp sets them by name).
+struct AblationKind {
+  const char* name;
+  const char* what;        // for --help
+  bool ipc_protocol_only;  // a part of the IPC protocol: runs of ipc and vmm only
+  bool fused_only;         // needs strided views: fused QKV projections only
+};
+const std::vector<AblationKind>& ablation_table();
+const AblationKind* find_ablation(const std::string& name);  // nullptr for none
 const char* norm_kind_name(NormKind k);   // "none", "rms", "rms_across_heads", "layer"
 const char* rope_kind_name(RopeKind k);   // "none", "1d"
 const char* rank_order_name(RankOrder o); // "tp_outer", "tp_inner"

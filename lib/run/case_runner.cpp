@@ -16,6 +16,7 @@
 #include "api/internal.hpp"
 #include "base/error.hpp"
 #include "comm/bootstrap.hpp"
+#include "comm/transport/transports.hpp"
 #include "lib/run/layer_data.hpp"
 #include "lib/run/layout.hpp"
 #include "lib/run/parity.hpp"
@@ -65,15 +66,17 @@ int64_t sum_over_ranks(int64_t mine, double timeout_s) {
 std::vector<std::pair<std::string, std::string>> schedule_runs(const Case& c, const RunOptions& opt,
                                                                const std::string& transport) {
   const std::vector<std::string>& ablations = opt.ablations_set ? opt.ablations : c.ablations;
-  const bool ipc_family = transport == "ipc" || transport == "vmm";
+  const TransportKind* kind = find_transport_kind(transport);
+  const bool ipc_protocol = kind && kind->ipc_protocol;
   std::vector<std::pair<std::string, std::string>> runs;
   for (const auto& sname : c.schedules) {
     runs.emplace_back(sname, "");
     const bool fused = make_schedule(sname, c.fused_qkv).fused;
     for (const auto& a : ablations) {
-      if (a == "none") continue;
-      if ((a == "no-target-cache" || a == "normal-priority") && !ipc_family) continue;  // IPC protocol parts
-      if (a == "no-pitched-copies" && !fused) continue;  // separate projections have no strided views
+      const AblationKind* ab = find_ablation(a);
+      if (!ab) continue;                                // "none"
+      if (ab->ipc_protocol_only && !ipc_protocol) continue;
+      if (ab->fused_only && !fused) continue;           // separate projections have no strided views
       runs.emplace_back(sname, a);
     }
   }
@@ -175,8 +178,8 @@ Transport* open_gather(const DeckRun& dr, const OpenCase& oc, const SelectedTran
                        std::optional<ulysses_ipc::Communicator>& own_gather, std::string* gather_name) {
   *gather_name = dr.opt.gather;
   if (*gather_name == "auto") *gather_name = (dr.mode == Mode::kGpu && !dr.be.nccl_usable) ? "ipc" : "nccl";
-  if (*gather_name == "ipc" &&
-      (sel.used == "ipc" || sel.used == "vmm" || sel.used == "hier" || sel.used == "hier-vmajor")) {
+  const TransportKind* used = find_transport_kind(sel.used);
+  if (*gather_name == "ipc" && used && used->carries_gather) {
     *gather_name = sel.used;
     return sel.transport.get();
   }
@@ -402,7 +405,8 @@ void run_statistics(RunInProgress& run) {
   }
   rr.token_imbalance = static_cast<double>(most_tokens) * dr.world / static_cast<double>(tokens);
   rr.head_imbalance = static_cast<double>(most_heads) * dr.world / static_cast<double>(heads);
-  rr.hier_chunks = run.sel.used == "hier" || run.sel.used == "hier-vmajor" ? dr.opt.hier_chunks : 0;
+  const TransportKind* used = find_transport_kind(run.sel.used);
+  rr.hier_chunks = used && used->multi_node ? dr.opt.hier_chunks : 0;
   rr.cache_hits = st.cache_hits;
   rr.cache_misses = st.cache_misses;
   rr.cache_evictions = st.cache_evictions;
