@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "lib/deck/deck.hpp"
+#include "lib/deck/presets.hpp"
 
 namespace uipc {
 
@@ -18,8 +19,5 @@ int deck_command(int argc, char** argv);
 // The same, printing to `out` (tests).
 int deck_command(int argc, char** argv, std::ostream& out);
 
-// The presets' names, in table order, and one preset's deck (InputError if unknown).
-std::vector<std::string> deck_preset_names();
-Deck deck_preset(const std::string& name);
 
 }  // namespace uipc
