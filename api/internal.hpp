@@ -1,6 +1,6 @@
 // The inside of the public API (include/ulysses_ipc/ulysses_ipc.hpp): what each handle
 // holds, and the way in for the ulysses-ipc program itself, which brings its own device
-// and collectives (lib/run.cpp). Not installed.
+// and collectives (lib/run/case_runner.cpp). Not installed.
 #pragma once
 
 #include <memory>

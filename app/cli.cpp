@@ -1,4 +1,4 @@
-// The command lines' shared CLI11 pieces (lib/cli.hpp).
+// The command lines' shared CLI11 pieces (app/cli.hpp).
 #include "app/cli.hpp"
 
 #include <algorithm>

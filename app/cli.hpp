@@ -1,5 +1,5 @@
 // What the two command lines (app/main.cpp: `ulysses-ipc DECK -o REPORT`, and
-// lib/deck_cli.cpp: `ulysses-ipc deck ...`) share on top of CLI11: value checks whose
+// app/deck_cli.cpp: `ulysses-ipc deck ...`) share on top of CLI11: value checks whose
 // messages say what is wrong the project's way, and one parse that turns CLI11's
 // refusals into InputError (exit 2) and its help and version requests into text.
 #pragma once

@@ -1,5 +1,5 @@
 // ulysses-ipc: the command line (CLI11). Runs a deck (`ulysses-ipc DECK.h5 -o REPORT.h5`)
-// or works on decks (`ulysses-ipc deck new|show|presets|help`, lib/deck_cli.cpp). MPI and
+// or works on decks (`ulysses-ipc deck new|show|presets|help`, app/deck_cli.cpp). MPI and
 // Kokkos up, errors caught here and turned into one clear message and an exit code
 // (README, "Exit codes").
 #include <mpi.h>

@@ -1,4 +1,4 @@
-// The NCCL implementation of the stream-ordered collectives (comm/collectives.hpp):
+// The NCCL implementation of the stream-ordered collectives (comm/collectives/collectives.hpp):
 // the `nccl` transport's data path, the output gather and the TP all-reduce on GPUs.
 #pragma once
 

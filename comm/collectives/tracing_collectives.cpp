@@ -1,4 +1,4 @@
-// The recording decorator of the collectives (comm/tracing_collectives.hpp).
+// The recording decorator of the collectives (comm/collectives/tracing_collectives.hpp).
 #include "comm/collectives/tracing_collectives.hpp"
 
 #include "base/error.hpp"

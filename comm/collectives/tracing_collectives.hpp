@@ -1,4 +1,4 @@
-// The recording decorator of the collectives (comm/collectives.hpp): each all-to-all and
+// The recording decorator of the collectives (comm/collectives/collectives.hpp): each all-to-all and
 // all-reduce becomes a trace record of the tracing device (its group of world ranks and
 // its call number, so the simulator can make every member meet in it), then runs on the
 // wrapped collectives; a grouped send/recv is recorded as one such meeting of the group. With the device's data work elided (--mode model) the wrapped

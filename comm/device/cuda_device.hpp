@@ -1,4 +1,4 @@
-// The CUDA implementation of the device layer (comm/device.hpp), and the questions the
+// The CUDA implementation of the device layer (comm/device/device.hpp), and the questions the
 // transports ask before choosing the IPC path: is there a GPU, may this process use
 // stream memory operations, can two GPUs reach each other.
 #pragma once

@@ -193,7 +193,7 @@ class Device {
   virtual std::string peer_ineligible_reason(int peer_ordinal) { (void)peer_ordinal; return ""; }
 
   // --- watchdog
-  // Virtual so that a decorator (comm/tracing_device.hpp) passes it on to what it wraps.
+  // Virtual so that a decorator (comm/device/tracing_device.hpp) passes it on to what it wraps.
   virtual void set_watchdog_seconds(double s) { watchdog_s_ = s; }
   double watchdog_seconds() const { return watchdog_s_; }
 

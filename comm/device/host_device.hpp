@@ -1,4 +1,4 @@
-// The host (simulation-mode) device: what kernels and tests need beyond comm/device.hpp.
+// The host (simulation-mode) device: what kernels and tests need beyond comm/device/device.hpp.
 // Device memory is process memory (exportable buffers: POSIX shared memory, named in
 // /dev/shm; descriptor-shared buffers: memfd, named nowhere), every stream is an
 // in-order queue served by its own worker thread, and the 64-bit epoch words are

@@ -1,4 +1,4 @@
-// The recording decorator of the device layer (comm/tracing_device.hpp).
+// The recording decorator of the device layer (comm/device/tracing_device.hpp).
 #include "comm/device/tracing_device.hpp"
 
 #include <sys/stat.h>

@@ -1,8 +1,8 @@
 // The recording decorator of the device layer: a Device that forwards every call to the
 // device it wraps (host or CUDA) and, between begin_trace() and end_trace(), writes each
-// operation into an op trace (model/trace.hpp): its stream, kind, size, where its memory
+// operation into an op trace (model/trace/trace.hpp): its stream, kind, size, where its memory
 // lives, and what it depends on. The protocol code above (transports, pipeline) is the
-// same with or without it; kernels/tracing_kernels.hpp and comm/tracing_collectives.hpp
+// same with or without it; kernels/tracing_kernels.hpp and comm/collectives/tracing_collectives.hpp
 // record the kernels and collectives the same way, through record_op().
 //
 // Memory identity without help from the protocol: a buffer exported with an IPC handle

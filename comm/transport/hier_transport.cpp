@@ -2,7 +2,7 @@
 // The group's P ranks form N nodes of L consecutive ranks (group rank g = n*L + l: node
 // n, local index l). What rank (n, l) sends to a rank (m, j) of another node travels in
 // two phases:
-//  1. intra-node, on the IPC protocol (comm/ipc_protocol.hpp): (n, l) copies its slice
+//  1. intra-node, on the IPC protocol (comm/transport/ipc_protocol.hpp): (n, l) copies its slice
 //     for (m, j) into the relay buffer that its node-mate (n, j) keeps for node m. A
 //     relay is laid out exactly as node n's token block of (m, j)'s final layout (the
 //     node's L shards one after another, (m, j)'s heads), so that

@@ -2,8 +2,8 @@
 // how shareable memory is allocated and mapped (MappingPath: IPC handles or file
 // descriptors), the cache of final-layout targets shared with every rank of the group
 // (TargetCache), and the grouped epoch handshake on signal words in that memory
-// (EpochHandshake). The ipc and vmm transports (comm/ipc_transport.cpp) are these pieces
-// over a Ulysses group on one node; the hierarchical transport (comm/hier_transport.cpp)
+// (EpochHandshake). The ipc and vmm transports (comm/transport/ipc_transport.cpp) are these pieces
+// over a Ulysses group on one node; the hierarchical transport (comm/transport/hier_transport.cpp)
 // drives the same pieces over the node-local part of a group that spans nodes.
 #pragma once
 

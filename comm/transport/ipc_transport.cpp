@@ -2,7 +2,7 @@
 // (possibly strided) source view into each peer's cached final-layout target, on a
 // high-priority copy stream, and a group of submissions (Q, K, V) pays one GPU-side
 // epoch handshake. The two differ only in how targets and signal words are allocated,
-// shared and mapped (the MappingPath of comm/ipc_protocol.hpp, where the target cache
+// shared and mapped (the MappingPath of comm/transport/ipc_protocol.hpp, where the target cache
 // and the epoch handshake live too); the protocol is this one code:
 //  - ipc: device allocations, IPC handles exchanged over MPI (cudaIpc*; /dev/shm names
 //    on the host device), sealed once every peer has opened them;

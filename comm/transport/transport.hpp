@@ -26,7 +26,7 @@ enum class Direction : int { kScatter = 0, kGather = 1 };
 const char* tag_name(Tag t);
 
 // The exchanged tensor, as seen on each rank of the group before the exchange.
-// Shards and head slices may be uneven (comm/exchange_geometry.hpp): the group's S tokens
+// Shards and head slices may be uneven (comm/transport/exchange_geometry.hpp): the group's S tokens
 // and H heads are split balanced over its P ranks, rank r holding S/P tokens and H/P
 // heads, the first S%P (H%P) ranks one more.
 struct ExchangeShape {
@@ -174,7 +174,7 @@ struct VMajorOptions {
   RowChangeFn row_change;
 };
 
-// The hierarchical transport (comm/hier_transport.cpp) over a group that spans N >= 2
+// The hierarchical transport (comm/transport/hier_transport.cpp) over a group that spans N >= 2
 // nodes of L consecutive ranks each (`group_nodes`, NodeLayout::equal_blocks): an
 // intra-node IPC phase gathers on each rank what its same-index peers on the other
 // nodes need, an inter-node phase over collectives between ranks of the same local

@@ -74,7 +74,7 @@ struct RunResult {
   std::vector<double> step_max_abs, step_rel_l2, step_vs_exact_max_abs, step_vs_exact_rel_l2;
   std::vector<int64_t> step_inter_bytes_sent, step_inter_bytes_full;
   bool parity_computed = true;  // false in --mode model: no data, so no parity (never "passed")
-  // The traced layer (lib/traced_layer.hpp, docs/model.md): every rank's op trace (with
+  // The traced layer (lib/run/traced_layer.hpp, docs/model.md): every rank's op trace (with
   // measured start/end where measured) and the same layer replayed under `machine`.
   std::vector<model::RankTrace> traces;                 // [rank]; empty: not traced
   std::string machine;                                  // the machine modelled; "": not modelled

@@ -1,4 +1,4 @@
-// The traced layer in a report (lib/trace_report.hpp).
+// The traced layer in a report (lib/report/trace_report.hpp).
 #include "lib/report/trace_report.hpp"
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // The traced layer in a report (docs/report.md, "traced_layer"): every rank's op trace,
 // both as readable columns (for `ulysses-post plot`'s per-stream timeline) and in the
 // trace's own byte form (read back exactly by `ulysses-ipc model`), the modelled op
-// times and the modelled stages. Written by lib/report.cpp, read by lib/model_cli.cpp.
+// times and the modelled stages. Written by lib/report/report.cpp, read by app/model_cli.cpp.
 #pragma once
 
 #include <string>

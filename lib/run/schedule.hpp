@@ -1,5 +1,5 @@
 // Schedules as data: the order in which one attention layer projects, normalises and
-// submits Q, K and V. One layer pipeline (lib/pipeline.cpp) walks these steps; a new
+// submits Q, K and V. One layer pipeline (lib/run/pipeline.cpp) walks these steps; a new
 // schedule is a new table row, not a new pipeline.
 #pragma once
 

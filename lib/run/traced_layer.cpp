@@ -1,4 +1,4 @@
-// The traced layer of each run (lib/traced_layer.hpp).
+// The traced layer of each run (lib/run/traced_layer.hpp).
 #include "lib/run/traced_layer.hpp"
 
 #include <mpi.h>
