@@ -212,14 +212,18 @@ void check_deck_cases(const Deck& deck, const std::string& path) {
   }
 }
 
+// The names of a table's rows, in table order.
+template <typename Row>
+std::vector<std::string> names_of(const std::vector<Row>& table) {
+  std::vector<std::string> names;
+  for (const Row& r : table) names.push_back(r.name);
+  return names;
+}
+
 }  // namespace
 
 const std::vector<std::string>& known_transports() {
-  static const std::vector<std::string> v = [] {
-    std::vector<std::string> names;
-    for (const auto& t : transport_table()) names.push_back(t.name);
-    return names;
-  }();
+  static const std::vector<std::string> v = names_of(transport_table());
   return v;
 }
 
@@ -236,11 +240,7 @@ const std::vector<AblationKind>& ablation_table() {
 }
 
 const std::vector<std::string>& known_ablations() {
-  static const std::vector<std::string> v = [] {
-    std::vector<std::string> names;
-    for (const auto& a : ablation_table()) names.push_back(a.name);
-    return names;
-  }();
+  static const std::vector<std::string> v = names_of(ablation_table());
   return v;
 }
 
