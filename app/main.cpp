@@ -24,6 +24,7 @@
 #include "lib/deck/deck.hpp"
 #include "lib/report/report.hpp"
 #include "lib/run/run.hpp"
+#include "lib/run/run_shape.hpp"
 
 namespace {
 
@@ -77,8 +78,8 @@ void declare_run_options(CLI::App& app, uipc::RunOptions& o) {
                  "auto: gpu when every rank sees a usable CUDA device, else sim (every rank a simulated GPU); "
                  "model: full-size shapes, no data, no arithmetic, the protocol for real, figures modelled "
                  "(exit 6: parity not computed)")
-      ->type_name("auto|sim|gpu|model")
-      ->check(one_of({"auto", "sim", "gpu", "model"}))
+      ->type_name(uipc::join(uipc::mode_choices(), "|"))
+      ->check(one_of(uipc::mode_choices()))
       ->capture_default_str();
   app.add_option("--machine", o.machine,
                  "machine each run's traced layer is modelled on: a JSON file or a shipped name (h200-nvlink, "

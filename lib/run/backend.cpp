@@ -1,10 +1,14 @@
 // Backend construction: the only file with a CUDA #if.
 #include "lib/run/backend.hpp"
 
+#include <algorithm>
+
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "comm/bootstrap.hpp"
 #include "comm/collectives/tracing_collectives.hpp"
 #include "kernels/tracing_kernels.hpp"
+#include "lib/run/run_shape.hpp"
 
 #if defined(ULYSSES_HAVE_CUDA)
 #include "comm/device/cuda_device.hpp"
@@ -70,8 +74,9 @@ void wrap_for_tracing(Backend& b, int rank, int world) {
 }  // namespace
 
 Backend make_backend(const BackendOptions& opt, MPI_Comm world) {
-  if (opt.mode != "auto" && opt.mode != "sim" && opt.mode != "gpu" && opt.mode != "model")
-    throw InputError("--mode: unknown mode '" + opt.mode + "' (allowed: auto, sim, gpu, model)");
+  const std::vector<std::string> choices = mode_choices();
+  if (std::find(choices.begin(), choices.end(), opt.mode) == choices.end())
+    throw InputError("--mode: unknown mode '" + opt.mode + "' (allowed: " + join(choices) + ")");
   int rank = 0, size = 1;
   UIPC_MPI_CHECK(MPI_Comm_rank(world, &rank));
   UIPC_MPI_CHECK(MPI_Comm_size(world, &size));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/error.hpp"
 #include "lib/deck/deck.hpp"
@@ -16,10 +17,28 @@ namespace uipc {
 // data and no arithmetic, every figure modelled.
 enum class Mode { kGpu, kSim, kModel };
 
+// The one table of modes, in --help order; --mode also takes "auto" (gpu when every
+// rank sees a usable CUDA device, else sim).
+struct ModeName {
+  const char* name;
+  Mode mode;
+};
+
+inline const std::vector<ModeName>& mode_table() {
+  static const std::vector<ModeName> table = {{"sim", Mode::kSim}, {"gpu", Mode::kGpu}, {"model", Mode::kModel}};
+  return table;
+}
+
+// What --mode takes: "auto", then the table's names.
+inline std::vector<std::string> mode_choices() {
+  std::vector<std::string> v = {"auto"};
+  for (const auto& m : mode_table()) v.push_back(m.name);
+  return v;
+}
+
 inline Mode mode_of(const std::string& name) {
-  if (name == "gpu") return Mode::kGpu;
-  if (name == "sim") return Mode::kSim;
-  if (name == "model") return Mode::kModel;
+  for (const auto& m : mode_table())
+    if (name == m.name) return m.mode;
   throw RuntimeError("unknown backend mode '" + name + "'");
 }
 
