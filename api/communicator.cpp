@@ -1,11 +1,11 @@
 // The public API (include/ulysses_ipc/ulysses_ipc.hpp): thin handles over the device
-// layer (comm/device.hpp) and the transports (comm/transport.hpp); the protocol is
+// layer (comm/device/device.hpp) and the transports (comm/transport/transport.hpp); the protocol is
 // theirs. Every entry point turns the project's errors into ulysses_ipc::Error.
 #include <utility>
 
 #include "api/internal.hpp"
 #include "base/error.hpp"
-#include "comm/host_device.hpp"
+#include "comm/device/host_device.hpp"
 #include "git_rev.h"
 
 namespace ulysses_ipc {
@@ -205,7 +205,7 @@ void Communicator::close() {
   guarded([&] {
     if (impl_->closed) return;
     impl_->closed = true;
-    // Importers close before exporters free (comm/transport.hpp).
+    // Importers close before exporters free (comm/transport/transport.hpp).
     impl_->sel.transport->close_peer_mappings();
     uipc::barrier_bounded(impl_->group, impl_->dev->watchdog_seconds(), "the close of the communicator");
     impl_->sel.transport.reset();

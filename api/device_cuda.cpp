@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
-#include "comm/cuda_device.hpp"
-#include "comm/nccl_collectives.hpp"
+#include "comm/device/cuda_device.hpp"
+#include "comm/collectives/nccl_collectives.hpp"
 
 namespace ulysses_ipc::internal {
 

@@ -1,15 +1,15 @@
 // The inside of the public API (include/ulysses_ipc/ulysses_ipc.hpp): what each handle
 // holds, and the way in for the ulysses-ipc program itself, which brings its own device
-// and collectives (lib/run.cpp). Not installed.
+// and collectives (lib/run/case_runner.cpp). Not installed.
 #pragma once
 
 #include <memory>
 
 #include "comm/bootstrap.hpp"
-#include "comm/collectives.hpp"
-#include "comm/device.hpp"
+#include "comm/collectives/collectives.hpp"
+#include "comm/device/device.hpp"
 #include "comm/nodes.hpp"
-#include "comm/transport.hpp"
+#include "comm/transport/transport.hpp"
 #include "ulysses_ipc/ulysses_ipc.hpp"
 
 namespace ulysses_ipc {

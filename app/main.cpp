@@ -1,5 +1,5 @@
 // ulysses-ipc: the command line (CLI11). Runs a deck (`ulysses-ipc DECK.h5 -o REPORT.h5`)
-// or works on decks (`ulysses-ipc deck new|from-config|show|presets|help`, lib/deck_cli.cpp). MPI and
+// or works on decks (`ulysses-ipc deck new|from-config|show|presets|help`, app/deck_cli.cpp). MPI and
 // Kokkos up, errors caught here and turned into one clear message and an exit code
 // (README, "Exit codes").
 #include <mpi.h>
@@ -15,13 +15,16 @@
 #include <unistd.h>
 
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "git_rev.h"
-#include "comm/host_device.hpp"
-#include "lib/cli.hpp"
-#include "lib/deck_cli.hpp"
-#include "lib/model_cli.hpp"
-#include "lib/report.hpp"
-#include "lib/run.hpp"
+#include "comm/device/host_device.hpp"
+#include "app/cli.hpp"
+#include "app/deck_cli.hpp"
+#include "app/model_cli.hpp"
+#include "lib/deck/deck.hpp"
+#include "lib/report/report.hpp"
+#include "lib/run/run.hpp"
+#include "lib/run/run_shape.hpp"
 
 namespace {
 
@@ -75,8 +78,8 @@ void declare_run_options(CLI::App& app, uipc::RunOptions& o) {
                  "auto: gpu when every rank sees a usable CUDA device, else sim (every rank a simulated GPU); "
                  "model: full-size shapes, no data, no arithmetic, the protocol for real, figures modelled "
                  "(exit 6: parity not computed)")
-      ->type_name("auto|sim|gpu|model")
-      ->check(one_of({"auto", "sim", "gpu", "model"}))
+      ->type_name(uipc::join(uipc::mode_choices(), "|"))
+      ->check(one_of(uipc::mode_choices()))
       ->capture_default_str();
   app.add_option("--machine", o.machine,
                  "machine each run's traced layer is modelled on: a JSON file or a shipped name (h200-nvlink, "
@@ -107,14 +110,15 @@ void declare_run_options(CLI::App& app, uipc::RunOptions& o) {
       ->type_name("N")
       ->check(integer_in(1, 4096))
       ->capture_default_str();
+  std::vector<std::string> ablations = {"none"};
+  for (const auto& a : uipc::known_ablations()) ablations.push_back(a);
   app.add_option("--ablations", o.ablations,
-                 "ablation runs beside the full design, for every case (own-slice-copy, no-pitched-copies, "
-                 "no-grouped-handshake, normal-priority, no-target-cache; 'none' for none) [default: each case's]")
+                 "ablation runs beside the full design, for every case (" + uipc::join(uipc::known_ablations()) +
+                     "; 'none' for none) [default: each case's]")
       ->type_name("A,B")
       ->delimiter(',')
       ->each([&o](const std::string&) { o.ablations_set = true; })
-      ->check(one_of({"none", "own-slice-copy", "no-pitched-copies", "no-grouped-handshake", "normal-priority",
-                      "no-target-cache"}));
+      ->check(one_of(ablations));
   app.add_flag("--allow-shared-gpu", o.backend.allow_shared_gpu, "let several ranks share a GPU (functional testing)");
   app.add_flag("--dump", o.dump, "store inputs, weights and the reference output of each case (x up to 16M elements)");
   app.add_flag("--quiet", o.quiet, "print errors only");

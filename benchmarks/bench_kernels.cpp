@@ -36,11 +36,11 @@
 #include "base/error.hpp"
 #include "benchmarks/bench_nccl.hpp"
 #include "benchmarks/bench_probe.hpp"
-#include "comm/cuda_device.hpp"
+#include "comm/device/cuda_device.hpp"
 #include "kernels/cuda_internal.hpp"
 #include "kernels/cuda_kernels.hpp"
 #include "git_rev.h"
-#include "lib/hdf5_file.hpp"
+#include "lib/hdf5/hdf5_file.hpp"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/hdf5_file.hpp"
+#include "lib/hdf5/hdf5_file.hpp"
 
 namespace uipc::bench {
 

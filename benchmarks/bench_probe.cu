@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "benchmarks/bench_probe.hpp"
-#include "comm/cuda_check.hpp"
+#include "comm/device/cuda_check.hpp"
 
 namespace uipc {
 namespace {

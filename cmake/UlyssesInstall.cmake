@@ -1,13 +1,15 @@
 # `cmake --install`: the program, the public API's header and static libraries, and the
 # CMake package that gives find_package(ulysses_ipc) -> ulysses_ipc::ulysses_ipc (the
-# libraries it is made of come along as ulysses_ipc::comm, ::device, ::model, ::base and, in a
-# CUDA build, ::cuda). docs/library.md lists the tree.
+# libraries it is made of come along as ulysses_ipc::comm (an interface over ::transport,
+# ::collectives, ::bootstrap, ::device), ::model, ::trace, ::base and, in a CUDA build,
+# ::cuda_device and ::nccl). docs/library.md lists the tree.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(_ulysses_export ulysses_ipc ulysses_comm ulysses_device ulysses_model ulysses_base ulysses_flags)
+set(_ulysses_export ulysses_ipc ulysses_comm ulysses_transport ulysses_collectives ulysses_bootstrap ulysses_device
+                     ulysses_model ulysses_trace ulysses_base ulysses_flags)
 if(ULYSSES_HAVE_CUDA)
-  list(APPEND _ulysses_export ulysses_cuda)
+  list(APPEND _ulysses_export ulysses_cuda_device ulysses_nccl)
 endif()
 foreach(_t IN LISTS _ulysses_export)
   string(REGEX REPLACE "^ulysses_" "" _name ${_t})

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/device.hpp"
+#include "comm/device/device.hpp"
 
 namespace uipc {
 

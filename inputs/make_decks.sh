@@ -5,7 +5,7 @@
 #   ULYSSES_IPC=build/app/ulysses-ipc inputs/make_decks.sh [OUTDIR]    (default: inputs/)
 #   ULYSSES_IPC=build/app/ulysses-ipc inputs/make_decks.sh --check [DIR]
 #
-# The presets live in one table, lib/deck_cli.cpp; this script only runs
+# The presets live in one table, lib/deck/presets.cpp; this script only runs
 # `ulysses-ipc deck new --preset NAME`. --check compares `ulysses-ipc deck show` of a
 # fresh deck with that of the shipped one (content, not bytes: HDF5 versions may lay
 # out the same content differently) and exits 1 naming every deck that differs, is

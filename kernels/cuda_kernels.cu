@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "comm/cuda_check.hpp"
+#include "comm/device/cuda_check.hpp"
 #include "kernels/cuda_internal.hpp"
 
 namespace uipc {

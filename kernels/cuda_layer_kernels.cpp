@@ -4,7 +4,7 @@
 #include <string>
 
 #include "base/error.hpp"
-#include "comm/cuda_check.hpp"
+#include "comm/device/cuda_check.hpp"
 #include "kernels/cuda_internal.hpp"
 #include "kernels/cuda_kernels.hpp"
 

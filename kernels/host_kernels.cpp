@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "comm/host_device.hpp"
+#include "comm/device/host_device.hpp"
 #include "kernels/kernels.hpp"
 
 namespace uipc {

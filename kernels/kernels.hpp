@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "base/dtype.hpp"
-#include "comm/device.hpp"
+#include "comm/device/device.hpp"
 
 namespace uipc {
 

@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "comm/tracing_device.hpp"
+#include "comm/device/tracing_device.hpp"
 #include "kernels/kernels.hpp"
 
 namespace uipc {

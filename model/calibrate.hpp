@@ -13,7 +13,7 @@
 
 #include "model/machine.hpp"
 #include "model/simulator.hpp"
-#include "model/trace.hpp"
+#include "model/trace/trace.hpp"
 
 namespace uipc::model {
 

@@ -20,13 +20,9 @@
 #include <vector>
 
 #include "model/machine.hpp"
-#include "model/trace.hpp"
+#include "model/trace/trace.hpp"
 
 namespace uipc::model {
-
-struct OpTime {
-  double start_ms = 0, end_ms = 0;
-};
 
 struct Timeline {
   std::vector<std::vector<OpTime>> ranks;  // [rank][op], as the traces' ops

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes the deck reader (tests/fuzz/deck_fuzz.cpp) with clang's libFuzzer, ASan and
-# UBSan: builds the targets in build-fuzz/ straight from lib/deck.cpp,
-# lib/hdf5_file.cpp and base/*.cpp (no Kokkos, no CMake build needed), seeds the corpus
+# UBSan: builds the targets in build-fuzz/ straight from lib/deck/deck.cpp,
+# lib/hdf5/hdf5_file.cpp and base/*.cpp (no Kokkos, no CMake build needed), seeds the corpus
 # from inputs/*.h5 and tests/decks/*, and runs.
 #
 #   scripts/fuzz.sh           structured mode for ${FUZZ_SECONDS:-60} s (what CI runs)
@@ -36,7 +36,7 @@ if ! command -v "$CXX" >/dev/null 2>&1 || ! dpkg -s libclang-rt-14-dev >/dev/nul
 fi
 
 mkdir -p "$OUT/artifacts"
-SOURCES=(lib/deck.cpp lib/hdf5_file.cpp base/error.cpp base/dtype.cpp)
+SOURCES=(lib/deck/deck.cpp lib/hdf5/hdf5_file.cpp base/error.cpp base/dtype.cpp)
 # base/error.cpp speaks MPI (collective errors): link the MPI C library; nothing here
 # calls MPI_Init. The HDF5 serial flavour, as the CMake build finds it.
 MPI_CFLAGS=$(mpicc --showme:compile)
@@ -51,7 +51,7 @@ build() {  # build NAME RAW: rebuilt only when a source is newer than the binary
   local stale=1
   if [[ -x $bin ]]; then
     stale=0
-    for s in tests/fuzz/deck_fuzz.cpp "${SOURCES[@]}" lib/*.hpp base/*.hpp "$0"; do
+    for s in tests/fuzz/deck_fuzz.cpp "${SOURCES[@]}" lib/*/*.hpp base/*.hpp "$0"; do
       [[ $s -nt $bin ]] && stale=1
     done
   fi

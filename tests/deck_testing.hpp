@@ -11,7 +11,7 @@
 #include <system_error>
 #include <vector>
 
-#include "lib/deck.hpp"
+#include "lib/deck/deck.hpp"
 
 namespace uipc::testing {
 

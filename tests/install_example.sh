@@ -23,7 +23,7 @@ fail() { echo "install_example.sh: $*" >&2; exit 1; }
 headers=$(cd "$prefix/include" && find . -type f | sort)
 [[ $headers == "./ulysses_ipc/ulysses_ipc.hpp" ]] || fail "the install must hold the public header alone, not: $headers"
 for f in lib/cmake/ulysses_ipc/ulysses_ipcConfig.cmake lib/cmake/ulysses_ipc/ulysses_ipcConfigVersion.cmake \
-  lib/cmake/ulysses_ipc/ulysses_ipcTargets.cmake lib/libulysses_ipc.a lib/libulysses_comm.a \
+  lib/cmake/ulysses_ipc/ulysses_ipcTargets.cmake lib/libulysses_ipc.a lib/libulysses_transport.a \
   lib/libulysses_device.a lib/libulysses_base.a bin/ulysses-ipc; do
   [[ -f $prefix/$f ]] || fail "missing from the install: $f"
 done

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "comm/cuda_device.hpp"
+#include "comm/device/cuda_device.hpp"
 #include "comm/fd_exchange.hpp"
-#include "comm/collectives.hpp"
-#include "comm/nccl_collectives.hpp"
+#include "comm/collectives/collectives.hpp"
+#include "comm/collectives/nccl_collectives.hpp"
 
 namespace uipc {
 namespace {

@@ -20,7 +20,7 @@
 
 #include "base/dtype.hpp"
 #include "base/error.hpp"
-#include "comm/cuda_device.hpp"
+#include "comm/device/cuda_device.hpp"
 #include "kernels/cuda_internal.hpp"
 #include "kernels/cuda_kernels.hpp"
 

@@ -12,8 +12,8 @@
 
 #include "tests/deck_testing.hpp"
 #include "base/error.hpp"
-#include "lib/deck.hpp"
-#include "lib/deck_cli.hpp"
+#include "lib/deck/deck.hpp"
+#include "app/deck_cli.hpp"
 
 namespace fs = std::filesystem;
 using uipc::Case;
@@ -300,7 +300,7 @@ TEST(Deck, H5pyStyleDeckWithDefaults) {
   EXPECT_FALSE(c.fused_qkv);
   EXPECT_EQ(c.transports, (std::vector<std::string>{"ipc", "nccl"}));
   EXPECT_EQ(c.tol_max_abs, 1.0);
-  // every optional field absent -> the defaults of lib/deck.hpp
+  // every optional field absent -> the defaults of lib/deck/deck.hpp
   EXPECT_EQ(c.qk_norm, def.qk_norm);
   EXPECT_EQ(c.rope, def.rope);
   EXPECT_EQ(c.schedules, def.schedules);
@@ -685,7 +685,7 @@ TEST(DeckCli, UsageErrorsNameTheOption) {
   std::string path = dir.file("e.h5");
   expect_cli_error({}, "subcommand");
   expect_cli_error({"frobnicate"}, "'frobnicate'");
-  // CLI11's own wording where it says it as clearly (lib/cli.hpp adds where to look).
+  // CLI11's own wording where it says it as clearly (app/cli.hpp adds where to look).
   expect_cli_error({"new", "--preset", "default"}, "new: --output is required (see 'ulysses-ipc deck new --help')");
   expect_cli_error({"new", "--bogus", "1", "-o", path}, "--bogus");
   expect_cli_error({"new", "--batch", "x", "-o", path}, "--batch: 'x' is not an integer");

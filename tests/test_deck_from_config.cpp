@@ -10,9 +10,9 @@
 #include <tuple>
 
 #include "base/error.hpp"
-#include "lib/deck_cli.hpp"
-#include "lib/deck_from_config.hpp"
-#include "lib/model_layer.hpp"
+#include "app/deck_cli.hpp"
+#include "lib/deck/deck_from_config.hpp"
+#include "lib/deck/model_layer.hpp"
 #include "tests/deck_testing.hpp"
 
 using uipc::ConfigShape;

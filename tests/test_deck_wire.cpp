@@ -20,8 +20,8 @@
 #include "tests/mpi_testing.hpp"
 #include "tests/deck_testing.hpp"
 #include "base/error.hpp"
-#include "lib/deck.hpp"
-#include "lib/deck_wire.hpp"
+#include "lib/deck/deck.hpp"
+#include "lib/deck/deck_wire.hpp"
 
 namespace fs = std::filesystem;
 using uipc::Case;

@@ -21,7 +21,7 @@
 #include "tests/mpi_testing.hpp"
 #include "base/error.hpp"
 #include "base/rng.hpp"
-#include "comm/host_device.hpp"
+#include "comm/device/host_device.hpp"
 
 namespace uipc {
 namespace {

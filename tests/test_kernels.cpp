@@ -27,7 +27,7 @@
 
 #include "base/dtype.hpp"
 #include "base/error.hpp"
-#include "comm/host_device.hpp"
+#include "comm/device/host_device.hpp"
 #include "kernels/kernels.hpp"
 
 using namespace uipc;

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "base/error.hpp"
-#include "lib/layout.hpp"
+#include "lib/run/layout.hpp"
 
 using namespace uipc;
 

@@ -12,7 +12,7 @@
 
 #include "tests/deck_testing.hpp"
 #include "base/error.hpp"
-#include "lib/report.hpp"
+#include "lib/report/report.hpp"
 
 namespace fs = std::filesystem;
 using uipc::CaseResult;

@@ -11,7 +11,7 @@
 #include "base/error.hpp"
 #include "model/machine.hpp"
 #include "model/simulator.hpp"
-#include "model/trace.hpp"
+#include "model/trace/trace.hpp"
 
 namespace uipc::model {
 namespace {

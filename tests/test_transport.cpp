@@ -23,12 +23,12 @@
 #include "base/error.hpp"
 #include "base/rng.hpp"
 #include "comm/bootstrap.hpp"
-#include "comm/collectives.hpp"
-#include "comm/exchange_geometry.hpp"
+#include "comm/collectives/collectives.hpp"
+#include "comm/transport/exchange_geometry.hpp"
 #include "comm/fd_exchange.hpp"
-#include "comm/host_device.hpp"
+#include "comm/device/host_device.hpp"
 #include "comm/nodes.hpp"
-#include "comm/transport.hpp"
+#include "comm/transport/transport.hpp"
 #include "kernels/kernels.hpp"
 
 using namespace uipc;

@@ -7,13 +7,13 @@ ulysses_add_test(test_simulator SOURCES test_simulator.cpp LIBS ulysses_model LA
 target_compile_definitions(test_simulator PRIVATE ULYSSES_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 ulysses_add_test(test_layout SOURCES test_layout.cpp LIBS ulysses_lib LABELS unit)
 ulysses_add_test(test_transport SOURCES test_transport.cpp LIBS ulysses_comm ulysses_kernels LABELS protocol NP 1 2 4)
-ulysses_add_test(test_tracing SOURCES test_tracing.cpp LIBS ulysses_comm LABELS protocol NP 2 4)
+ulysses_add_test(test_tracing SOURCES test_tracing.cpp LIBS ulysses_comm ulysses_model LABELS protocol NP 2 4)
 target_compile_definitions(test_tracing PRIVATE ULYSSES_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
-ulysses_add_test(test_deck SOURCES test_deck.cpp LIBS ulysses_lib ${HDF5_C_LIBRARIES} LABELS unit)
+ulysses_add_test(test_deck SOURCES test_deck.cpp LIBS ulysses_cli ulysses_lib ${HDF5_C_LIBRARIES} LABELS unit)
 target_include_directories(test_deck PRIVATE ${HDF5_INCLUDE_DIRS})
-# `deck from-config` (lib/deck_from_config.*) against every shipped preset model, from
+# `deck from-config` (lib/deck/deck_from_config.*) against every shipped preset model, from
 # the real config.json files in tests/diffusers_configs, and its errors.
-ulysses_add_test(test_deck_from_config SOURCES test_deck_from_config.cpp LIBS ulysses_lib ${HDF5_C_LIBRARIES}
+ulysses_add_test(test_deck_from_config SOURCES test_deck_from_config.cpp LIBS ulysses_cli ulysses_lib ${HDF5_C_LIBRARIES}
                  LABELS unit)
 target_compile_definitions(test_deck_from_config PRIVATE ULYSSES_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 ulysses_add_test(test_report SOURCES test_report.cpp LIBS ulysses_lib ${HDF5_C_LIBRARIES} LABELS unit)
@@ -89,3 +89,10 @@ set_tests_properties(install_example PROPERTIES LABELS "install;mpi" TIMEOUT 900
 # without Slurm and munge (tests/slurm/install.sh installs them; CI requires them).
 add_test(NAME slurm_jobs COMMAND ${PROJECT_SOURCE_DIR}/tests/slurm/run_jobs.sh ${PROJECT_BINARY_DIR})
 set_tests_properties(slurm_jobs PROPERTIES LABELS "slurm;mpi" TIMEOUT 900 SKIP_RETURN_CODE 77)
+
+# Golden regression (tests/golden/golden.py): the shipped decks, a subset of tests/decks
+# and bad options, their exit codes, first error lines and reports (structure, digests,
+# parity, modelled figures; not provenance or CPU times) against tests/golden/golden.txt.
+# Regenerate after an intended change: python3 tests/golden/golden.py --app build/app/ulysses-ipc --update
+add_test(NAME golden COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/golden/golden.py --app $<TARGET_FILE:ulysses-ipc>)
+set_tests_properties(golden PROPERTIES LABELS "e2e;mpi" TIMEOUT 600 ENVIRONMENT "${ULYSSES_TEST_ENV}")

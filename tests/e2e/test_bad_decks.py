@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO, mpi_env, shm_entries
 
 DECKS = REPO / "tests" / "decks"
-# The deck parser's time limit (lib/deck_wire.hpp), short: libhdf5_infinite_loop.h5 makes
+# The deck parser's time limit (lib/deck/deck_wire.hpp), short: libhdf5_infinite_loop.h5 makes
 # libhdf5 1.10 loop for ever, and the refusal must come in seconds here.
 PARSE_TIMEOUT = {"ULYSSES_DECK_PARSE_TIMEOUT": "5"}
 

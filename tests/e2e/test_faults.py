@@ -45,7 +45,7 @@ def rank_pids(mpirun: "Run", n: int, timeout: float = 60) -> dict[int, int]:
 
 
 def segments_of(pids) -> set[str]:
-    """/dev/shm entries of these processes (named uipc-<pid>-r<rank>-<n>, comm/host_device.cpp):
+    """/dev/shm entries of these processes (named uipc-<pid>-r<rank>-<n>, comm/device/host_device.cpp):
     precise even while other people's runs use the same /dev/shm."""
     prefixes = tuple(f"uipc-{p}-" for p in pids)
     return {e for e in shm_entries() if e.startswith(prefixes)}

@@ -1,4 +1,4 @@
-// libFuzzer target for the deck reader (lib/deck.cpp over lib/hdf5_file.cpp): the only
+// libFuzzer target for the deck reader (lib/deck/deck.cpp over lib/hdf5/hdf5_file.cpp): the only
 // allowed outcomes of read_deck on any file are a Deck whose every case passes
 // validate_case, or a uipc::InputError; any other exception, a crash, a sanitizer
 // report, a leaked HDF5 handle or a hang (libFuzzer's -timeout) is a finding.
@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "base/error.hpp"
-#include "lib/deck.hpp"
+#include "lib/deck/deck.hpp"
 
 namespace {
 

@@ -1,0 +1,542 @@
+// `ulysses-ipc model calibrate|validate|loo` (docs/model.md, "Calibration").
+//
+// On CLI11 like the other command lines (lib/cli.hpp). Every command takes pairs MEASURED=TRACES: a GPU report and a --mode model report of
+// the same cases on the same number of ranks (its traced layers carry the traces and
+// the stage terms). Runs are joined by case and run name and must agree in shape and
+// in the transport that ran.
+#include "app/model_cli.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/error.hpp"
+#include "app/cli.hpp"
+#include "lib/report/model_bench.hpp"
+#include "lib/report/model_predict.hpp"
+#include "lib/report/report.hpp"
+#include "lib/report/trace_report.hpp"
+#include "lib/run/traced_layer.hpp"
+#include "model/calibrate.hpp"
+#include "model/machine.hpp"
+#include "model/simulator.hpp"
+#include "model/trace/trace.hpp"
+
+namespace uipc {
+namespace {
+
+struct Options {
+  std::string command, machine, output;
+  std::vector<std::string> pair_args;
+  std::vector<std::pair<std::string, std::string>> pairs;
+  std::vector<std::string> without;
+  std::vector<std::string> ablation_args;  // [MEASURED=]NAME
+  // Traced runs of this ablation stand for the measured runs (below): per measured
+  // report, "" for every report without its own.
+  std::map<std::string, std::string> ablation;
+  bool markdown = false;
+  std::vector<int> nccl_ranks;  // `model nccl`: the rank counts of the modelled sweep
+  std::vector<std::string> gemms, attentions;  // `model kernel`: M,N,K and B,H,S,D shapes (bf16)
+  std::vector<std::string> predict_reports;     // `model predict`: --mode model reports
+  std::vector<std::string> bench_args;                       // MEASURED=BENCH.h5
+  std::map<std::string, std::string> bench;                  // measured report -> its code's bench_kernels file
+  std::string rates;  // a bench_kernels file whose norm+RoPE profile becomes the machine's
+};
+
+// The three subcommands share their options: each declared once here.
+void declare(CLI::App& app, Options& o) {
+  app.require_subcommand(1);
+  app.footer(
+      "MEASURED is a GPU report (--mode gpu), TRACES a --mode model report of the same cases on the same\n"
+      "number of ranks (scripts/model_traces.sh makes those of docs/measured/). The machine: a JSON file or\n"
+      "a shipped name (inputs/machines/). docs/model.md says more.");
+  struct Sub {
+    const char* name;
+    const char* help;
+  };
+  for (const Sub& sub : {Sub{"calibrate", "Fit the machine's free parameters (\"fit\") to the measured stage medians."},
+                         Sub{"validate", "Print modelled against measured, stage by stage, for every run."},
+                         Sub{"loo", "Leave-one-out: calibrate without each measured report in turn, predict it."}}) {
+    CLI::App* c = app.add_subcommand(sub.name, sub.help);
+    c->add_option("--machine", o.machine, "the machine (calibrate, loo: the start of the fit) [default: h200-nvlink]")
+        ->type_name("FILE|NAME");
+    c->add_option("--ablation", o.ablation_args,
+                  "join each measured run R to the traced run R+NAME where there is one: for reports measured "
+                  "before a change of the protocol that the ablation NAME undoes (e.g. own-slice-copy); "
+                  "MEASURED=NAME for that report only (repeatable)")
+        ->type_name("[MEASURED=]NAME");
+    c->add_option("--pair", o.pair_args, "a measured report and its traces (repeatable)")
+        ->type_name("MEASURED=TRACES")
+        ->required()
+        ->check(CLI::Validator(
+            [](std::string& v) -> std::string {
+              const size_t eq = v.find('=');
+              return eq == std::string::npos || eq == 0 || eq + 1 == v.size() ? "'" + v + "' is not MEASURED=TRACES"
+                                                                               : "";
+            },
+            ""));
+    c->add_option("--bench", o.bench_args,
+                  "the bench_kernels -o file of the code that made MEASURED: its norm+RoPE profile replaces the "
+                  "machine's in that report's replays (repeatable)")
+        ->type_name("MEASURED=BENCH.h5");
+    c->add_option("--rates", o.rates,
+                  "a bench_kernels -o file of the current code: its norm+RoPE profile becomes the machine's "
+                  "(and the fitted file's)")
+        ->type_name("BENCH.h5");
+    if (std::string(sub.name) == "calibrate") {
+      c->add_option("--without", o.without, "leave this measured report out of the fit (repeatable)")
+          ->type_name("MEASURED");
+      c->add_option("-o,--output", o.output, "the fitted machine to write")->type_name("OUT.json")->required();
+    } else {
+      c->add_flag("--markdown", o.markdown, "a markdown table");
+    }
+  }
+  CLI::App* n = app.add_subcommand(
+      "nccl", "The modelled NCCL all-to-all of the machine, as nccl-tests' alltoall_perf prints it (MODELLED).");
+  n->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
+  n->add_option("--ranks", o.nccl_ranks, "rank counts (ranks fill nodes in order) [default: 2 4 8]")
+      ->check(CLI::Range(2, 1 << 16));
+  n->add_flag("--markdown", o.markdown, "a markdown table");
+  CLI::App* pr = app.add_subcommand(
+      "predict", "Replay --mode model reports on the machine, with each run's most sensitive parameter (JSON; MODELLED).");
+  pr->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
+  pr->add_option("--rates", o.rates, "a bench_kernels -o file: its norm+RoPE profile becomes the machine's")
+      ->type_name("BENCH.h5");
+  pr->add_option("reports", o.predict_reports, "--mode model reports")->required()->type_name("REPORT.h5");
+  pr->add_option("-o,--output", o.output, "the JSON to write")->required()->type_name("OUT.json");
+  CLI::App* k = app.add_subcommand("kernel", "The modelled rate of a bf16 GEMM or attention on the machine (MODELLED).");
+  k->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
+  k->add_option("--gemm", o.gemms, "a GEMM M,N,K (bf16 in and out; repeatable)")->type_name("M,N,K");
+  k->add_option("--attention", o.attentions, "an attention B,H,S,D (bf16, forward; repeatable)")->type_name("B,H,S,D");
+}
+
+Options parse(int argc, char** argv, std::string* text) {
+  Options o;
+  CLI::App app{"The machine model's tools (serial: no mpirun).", "ulysses-ipc model"};
+  declare(app, o);
+  *text = cli::parse(app, std::vector<std::string>(argv, argv + argc));
+  if (!text->empty()) return o;
+  for (const char* name : {"calibrate", "validate", "loo", "nccl", "kernel", "predict"})
+    if (app.got_subcommand(name)) o.command = name;
+  for (const std::string& v : o.pair_args) {
+    const size_t eq = v.find('=');
+    o.pairs.emplace_back(v.substr(0, eq), v.substr(eq + 1));
+  }
+  for (const std::string& v : o.ablation_args) {
+    const size_t eq = v.find('=');
+    const std::string key = eq == std::string::npos ? "" : v.substr(0, eq);
+    if (!key.empty()) {
+      bool found = false;
+      for (const auto& p : o.pairs) found = found || p.first == key;
+      if (!found) throw InputError("model " + o.command + ": --ablation " + key + ": not a measured report of any --pair");
+    }
+    o.ablation[key] = eq == std::string::npos ? v : v.substr(eq + 1);
+  }
+  for (const std::string& v : o.bench_args) {
+    const size_t eq = v.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
+      throw InputError("model " + o.command + ": --bench '" + v + "' is not MEASURED=BENCH.h5");
+    const std::string mpath = v.substr(0, eq);
+    bool found = false;
+    for (const auto& p : o.pairs) found = found || p.first == mpath;
+    if (!found) throw InputError("model " + o.command + ": --bench " + mpath + ": not a measured report of any --pair");
+    o.bench[mpath] = v.substr(eq + 1);
+  }
+  for (const auto& w : o.without) {
+    bool found = false;
+    for (const auto& p : o.pairs) found = found || p.first == w;
+    if (!found) throw InputError("model " + o.command + ": --without " + w + ": not a measured report of any --pair");
+  }
+  return o;
+}
+
+std::string base_name(const std::string& path) {
+  const size_t s = path.find_last_of('/');
+  return s == std::string::npos ? path : path.substr(s + 1);
+}
+
+struct Joined {
+  std::string measured_report;
+  std::string case_name, run_name;
+  model::ReplayCase replay;
+};
+
+std::vector<Joined> join_pairs(const Options& o) {
+  std::vector<Joined> out;
+  for (const auto& [mpath, tpath] : o.pairs) {
+    const auto bench = o.bench.find(mpath);
+    const std::vector<model::NormRopePoint> norm_rope =
+        bench == o.bench.end() ? std::vector<model::NormRopePoint>{} : read_norm_rope_profile(bench->second);
+    const auto own_ablation = o.ablation.find(mpath), any_ablation = o.ablation.find("");
+    const std::string ablation = own_ablation != o.ablation.end()   ? own_ablation->second
+                                 : any_ablation != o.ablation.end() ? any_ablation->second
+                                                                    : "";
+    std::vector<StoredRun> measured = read_report_runs(mpath);
+    std::vector<StoredRun> traced = read_report_runs(tpath);
+    if (!measured.empty() && measured.front().mode != "gpu")
+      throw InputError(mpath + ": mode '" + measured.front().mode + "': a measured report must come from --mode gpu");
+    if (!traced.empty() && traced.front().mode != "model")
+      throw InputError(tpath + ": mode '" + traced.front().mode + "': the traces must come from --mode model");
+    std::map<std::string, const StoredRun*> by_name;
+    for (const StoredRun& t : traced) by_name[t.case_name + "/" + t.run_name] = &t;
+    for (const StoredRun& m : measured) {
+      auto it = ablation.empty() ? by_name.end() : by_name.find(m.case_name + "/" + m.run_name + "+" + ablation);
+      if (it == by_name.end()) it = by_name.find(m.case_name + "/" + m.run_name);
+      if (it == by_name.end())
+        throw InputError(tpath + ": has no run " + m.case_name + "/" + m.run_name + " (of " + mpath + ")");
+      const StoredRun& t = *it->second;
+      if (t.shape_key() != m.shape_key())
+        throw InputError(m.case_name + "/" + m.run_name + ": " + mpath + " is " + m.shape_key() + " but " + tpath +
+                         " is " + t.shape_key());
+      if (t.transport_used != m.transport_used)
+        throw InputError(m.case_name + "/" + m.run_name + ": ran on " + m.transport_used + " in " + mpath + " but on " +
+                         t.transport_used + " in " + tpath);
+      if (t.traces.empty() || t.stage_terms.size() != t.traces.size())
+        throw InputError(tpath + ": " + t.case_name + "/" + t.run_name + " has no traced layer with stage terms");
+      Joined j;
+      j.measured_report = mpath;
+      j.case_name = m.case_name;
+      j.run_name = m.run_name;
+      j.replay.label = base_name(mpath) + " " + m.case_name + " " + m.run_name;
+      j.replay.traces = t.traces;
+      j.replay.terms = t.stage_terms;
+      j.replay.measured = m.median_ms;
+      j.replay.norm_rope = norm_rope;
+      out.push_back(std::move(j));
+    }
+  }
+  return out;
+}
+
+std::vector<model::ReplayCase> replays(const std::vector<Joined>& js, const std::set<std::string>& skip) {
+  std::vector<model::ReplayCase> v;
+  for (const auto& j : js)
+    if (!skip.count(j.measured_report)) v.push_back(j.replay);
+  return v;
+}
+
+std::string pct(double modeled, double measured) {
+  if (!(measured > 0) || !std::isfinite(modeled)) return "-";
+  char b[32];
+  std::snprintf(b, sizeof(b), "%+.1f%%", 100.0 * (modeled / measured - 1.0));
+  return b;
+}
+
+std::string ms(double v) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.3f", v);
+  return b;
+}
+
+// One row per run: measured -> modelled (error) for layer and scatter, errors for the rest.
+struct Row {
+  std::string report, case_name, run;
+  std::vector<double> measured, modeled;
+};
+
+// The aims of issue #19 (docs/model.md): per run, the layer within 10%, every stage that
+// takes at least 10% of its layer within 20%, the scatter within 15%.
+constexpr double kLayerAim = 0.10, kStageAim = 0.20, kScatterAim = 0.15, kStageShare = 0.10;
+const char* const kStageNames[kNumStages] = {"projection", "norm_rope", "scatter", "attention",
+                                             "gather",     "out_proj",  "layer"};
+
+double rel_err(const Row& r, int s) { return std::fabs(r.modeled[s] / r.measured[s] - 1); }
+
+// The stages of a run judged against kStageAim: those that take >= 10% of its layer.
+bool big_stage(const Row& r, int s) {
+  return s != kStageLayer && r.measured[s] > 0 && r.measured[s] >= kStageShare * r.measured[kStageLayer];
+}
+
+// Per report and stage: how many runs within the stage aim, and the worst error.
+void print_stage_table(const std::vector<Row>& rows, bool markdown, FILE* out) {
+  std::vector<std::string> reports;
+  for (const Row& r : rows)
+    if (std::find(reports.begin(), reports.end(), r.report) == reports.end()) reports.push_back(r.report);
+  if (markdown)
+    std::fprintf(out, "\nPer report and stage: runs within 20%% of n (worst error); * marks a stage taking >= 10%% of "
+                      "its layer in some run\n\n| report |");
+  else
+    std::fprintf(out, "\n# per report and stage: runs within 20%% of n (worst error); * = >= 10%% of its layer in some "
+                      "run\n%-32s", "report");
+  for (int s = 0; s < kNumStages; ++s) std::fprintf(out, markdown ? " %s |" : " %18s", kStageNames[s]);
+  std::fprintf(out, "\n");
+  if (markdown) {
+    std::fprintf(out, "|---|");
+    for (int s = 0; s < kNumStages; ++s) std::fprintf(out, "---|");
+    std::fprintf(out, "\n");
+  }
+  for (const std::string& rep : reports) {
+    std::fprintf(out, markdown ? "| %s |" : "%-32s", rep.c_str());
+    for (int s = 0; s < kNumStages; ++s) {
+      int n = 0, ok = 0;
+      bool big = false;
+      double worst = 0;
+      for (const Row& r : rows) {
+        if (r.report != rep || !(r.measured[s] > 0) || !std::isfinite(r.modeled[s])) continue;
+        const double e = rel_err(r, s);
+        ++n;
+        ok += e <= kStageAim;
+        big = big || big_stage(r, s) || s == kStageLayer;
+        if (e > std::fabs(worst)) worst = r.modeled[s] / r.measured[s] - 1;
+      }
+      char b[64];
+      std::snprintf(b, sizeof(b), "%d/%d (%+.0f%%)%s", ok, n, 100 * worst, big ? "*" : "");
+      std::fprintf(out, markdown ? " %s |" : " %18s", n ? b : "-");
+    }
+    std::fprintf(out, "\n");
+  }
+}
+
+// The one line that says whether the model meets its aims on these runs.
+void print_summary(const std::vector<Row>& rows, bool markdown, FILE* out) {
+  int layer_ok = 0, stage_ok = 0, scatter_ok = 0;
+  double worst_layer = 0, worst_scatter = 0, worst_stage = 0;
+  std::string worst_stage_name = "-";
+  for (const Row& r : rows) {
+    const double el = rel_err(r, kStageLayer), es = rel_err(r, kStageScatter);
+    layer_ok += el <= kLayerAim;
+    scatter_ok += es <= kScatterAim;
+    worst_layer = std::max(worst_layer, el);
+    worst_scatter = std::max(worst_scatter, es);
+    bool all = true;
+    for (int s = 0; s < kNumStages; ++s) {
+      if (!big_stage(r, s)) continue;
+      const double e = rel_err(r, s);
+      all = all && e <= kStageAim;
+      if (e > worst_stage) {
+        worst_stage = e;
+        worst_stage_name = kStageNames[s];
+      }
+    }
+    stage_ok += all;
+  }
+  const size_t n = rows.size();
+  std::fprintf(out,
+               "%ssummary: %d of %zu runs with the layer within 10%% (aim 95%%; worst %.1f%%), %d of %zu with every "
+               "stage of >= 10%% of its layer within 20%% (worst %.1f%%, %s), %d of %zu with the scatter within 15%% "
+               "(aim 90%%; worst %.1f%%)\n",
+               markdown ? "\n" : "", layer_ok, n, 100 * worst_layer, stage_ok, n, 100 * worst_stage,
+               worst_stage_name.c_str(), scatter_ok, n, 100 * worst_scatter);
+}
+
+void print_rows(const std::vector<Row>& rows, bool markdown, FILE* out) {
+  const char* const* heads = kStageNames;
+  if (markdown) {
+    std::fprintf(out, "| report | case | run | layer ms measured / modelled | scatter ms measured / modelled |");
+    for (int s = 0; s < kNumStages; ++s) std::fprintf(out, " %s |", heads[s]);
+    std::fprintf(out, "\n|---|---|---|---|---|");
+    for (int s = 0; s < kNumStages; ++s) std::fprintf(out, "---|");
+    std::fprintf(out, "\n");
+  } else {
+    std::fprintf(out, "%-28s %-22s %-18s %-20s %-20s", "report", "case", "run", "layer meas/model", "scatter meas/model");
+    for (int s = 0; s < kNumStages; ++s) std::fprintf(out, " %10s", heads[s]);
+    std::fprintf(out, "\n");
+  }
+  for (const Row& r : rows) {
+    const std::string layer = ms(r.measured[kStageLayer]) + " / " + ms(r.modeled[kStageLayer]);
+    const std::string scatter = ms(r.measured[kStageScatter]) + " / " + ms(r.modeled[kStageScatter]);
+    if (markdown) {
+      std::fprintf(out, "| %s | %s | %s | %s | %s |", r.report.c_str(), r.case_name.c_str(), r.run.c_str(),
+                   layer.c_str(), scatter.c_str());
+      for (int s = 0; s < kNumStages; ++s) std::fprintf(out, " %s |", pct(r.modeled[s], r.measured[s]).c_str());
+    } else {
+      std::fprintf(out, "%-28s %-22s %-18s %-20s %-20s", r.report.c_str(), r.case_name.c_str(), r.run.c_str(),
+                   layer.c_str(), scatter.c_str());
+      for (int s = 0; s < kNumStages; ++s) std::fprintf(out, " %10s", pct(r.modeled[s], r.measured[s]).c_str());
+    }
+    std::fprintf(out, "\n");
+  }
+  print_stage_table(rows, markdown, out);
+  print_summary(rows, markdown, out);
+}
+
+// The modelled all-to-all of `ranks` GPUs of `m` (ranks fill nodes in order): one call
+// per rank of `bytes` per rank (bytes / ranks to each peer), timed from the last arrival
+// to its end, as nccl-tests' alltoall_perf times a call; busbw = algbw (n - 1) / n.
+double modeled_alltoall_us(const model::Machine& m, int ranks, double bytes) {
+  std::vector<model::RankTrace> traces(ranks);
+  std::vector<int> group(ranks);
+  for (int r = 0; r < ranks; ++r) group[r] = r;
+  for (int r = 0; r < ranks; ++r) {
+    model::RankTrace& t = traces[r];
+    t.rank = r;
+    t.world = ranks;
+    t.streams.resize(1);
+    t.groups.push_back(group);
+    model::Op op;
+    op.kind = model::OpKind::kCollective;
+    op.collective = model::CollectiveKind::kAllToAll;
+    op.stream = 0;
+    op.group = 0;
+    op.sequence = 0;
+    op.bytes = bytes / ranks;
+    t.ops.push_back(op);
+  }
+  const model::Timeline tl = model::simulate(traces, m);
+  double begin = 0, end = 0;
+  for (const auto& r : tl.ranks) {
+    begin = std::max(begin, r[0].start_ms);
+    end = std::max(end, r[0].end_ms);
+  }
+  return (end - begin) * 1e3;
+}
+
+int print_modeled_alltoall(const model::Machine& m, std::vector<int> ranks, bool markdown) {
+  if (ranks.empty()) ranks = {2, 4, 8};
+  const int gpus = m.gpus_per_node * m.nodes;
+  for (int n : ranks)
+    if (n > gpus)
+      throw InputError("model nccl: --ranks " + std::to_string(n) + ": machine '" + m.name + "' has " +
+                       std::to_string(gpus) + " GPUs");
+  std::printf("%sMODELLED NCCL all-to-all on %s (%d x %d GPUs): size = bytes per rank, busbw = algbw (n-1)/n\n",
+              markdown ? "" : "# ", m.name.c_str(), m.nodes, m.gpus_per_node);
+  if (markdown) std::printf("\n| ranks | size (B) | time (us) | algbw (GB/s) | busbw (GB/s) |\n|---|---|---|---|---|\n");
+  for (int n : ranks)
+    for (int64_t b = 1024; b <= (int64_t{1} << 30); b *= 4) {
+      const double bytes = static_cast<double>(b / n * n);
+      const double us = modeled_alltoall_us(m, n, bytes);
+      const double algbw = bytes / us * 1e-3;
+      std::printf(markdown ? "| %d | %.0f | %.2f | %.2f | %.2f |\n" : "%6d %12.0f %12.2f %10.2f %10.2f\n", n, bytes, us,
+                  algbw, algbw * (n - 1) / n);
+    }
+  return 0;
+}
+
+std::vector<int64_t> shape_of(const std::string& v, size_t n, const std::string& what) {
+  std::vector<int64_t> out;
+  std::string cur;
+  for (char c : v + ",") {
+    if (c != ',') {
+      cur += c;
+      continue;
+    }
+    char* end = nullptr;
+    const long long x = std::strtoll(cur.c_str(), &end, 10);
+    if (cur.empty() || *end != '\0' || x <= 0) throw InputError("model kernel: " + what + " '" + v + "': not positive integers");
+    out.push_back(x);
+    cur.clear();
+  }
+  if (out.size() != n) throw InputError("model kernel: " + what + " '" + v + "': needs " + std::to_string(n) + " numbers");
+  return out;
+}
+
+// The standalone time of one kernel on an idle GPU of `m` (its work plus the kernel's
+// fixed cost), as a benchmark timing it back to back would see it.
+int print_modeled_kernels(const model::Machine& m, const std::vector<std::string>& gemms,
+                          const std::vector<std::string>& attentions) {
+  std::printf("# MODELLED kernel rates on %s (bf16; the kernel's fixed cost %.2f us included)\n", m.name.c_str(),
+              m.p("kernel_latency_us"));
+  for (const std::string& g : gemms) {
+    const std::vector<int64_t> d = shape_of(g, 3, "--gemm");
+    model::Op op;
+    op.kind = model::OpKind::kKernel;
+    op.kernel = model::KernelKind::kGemm;
+    op.flops = 2.0 * d[0] * d[1] * d[2];
+    op.dims[0] = d[0];
+    op.dims[1] = d[1];
+    op.dims[2] = d[2];
+    op.dims[3] = 2;
+    const double ms = model::standalone_work_ms(op, m, false) + m.p("kernel_latency_us") * 1e-3;
+    std::printf("gemm      M%lld N%lld K%lld: %.3f ms, %.1f TFLOP/s\n", static_cast<long long>(d[0]),
+                static_cast<long long>(d[1]), static_cast<long long>(d[2]), ms, op.flops / ms * 1e-9);
+  }
+  for (const std::string& a : attentions) {
+    const std::vector<int64_t> d = shape_of(a, 4, "--attention");
+    model::Op op;
+    op.kind = model::OpKind::kKernel;
+    op.kernel = model::KernelKind::kAttention;
+    op.flops = 4.0 * d[0] * d[1] * d[2] * d[2] * d[3];
+    op.dims[0] = d[0];  // B S H D, as the trace records attention
+    op.dims[1] = d[2];
+    op.dims[2] = d[1];
+    op.dims[3] = d[3];
+    const double ms = model::standalone_work_ms(op, m, false) + m.p("kernel_latency_us") * 1e-3;
+    std::printf("attention B%lld H%lld S%lld D%lld: %.3f ms, %.1f TFLOP/s\n", static_cast<long long>(d[0]),
+                static_cast<long long>(d[1]), static_cast<long long>(d[2]), static_cast<long long>(d[3]), ms,
+                op.flops / ms * 1e-9);
+  }
+  return 0;
+}
+
+std::string today() {
+  std::time_t now = std::time(nullptr);
+  char b[16];
+  std::strftime(b, sizeof(b), "%Y-%m-%d", std::gmtime(&now));
+  return b;
+}
+
+}  // namespace
+
+int model_command(int argc, char** argv) {
+  std::string text;
+  const Options o = parse(argc, argv, &text);
+  if (!text.empty()) {
+    std::fputs(text.c_str(), stdout);
+    return 0;
+  }
+  model::Machine base = model::load_machine(machine_path(o.machine));
+  if (!o.rates.empty()) base.norm_rope = read_norm_rope_profile(o.rates);
+  if (o.command == "nccl") return print_modeled_alltoall(base, o.nccl_ranks, o.markdown);
+  if (o.command == "kernel") return print_modeled_kernels(base, o.gemms, o.attentions);
+  if (o.command == "predict") return model_predict(o.predict_reports, base, o.output);
+  const std::vector<Joined> joined = join_pairs(o);
+
+  if (o.command == "calibrate") {
+    std::set<std::string> skip(o.without.begin(), o.without.end());
+    std::string from;
+    for (const auto& p : o.pairs)
+      if (!skip.count(p.first)) from += (from.empty() ? "" : ", ") + base_name(p.first);
+    model::FitResult fit =
+        model::calibrate(replays(joined, skip), base, kNumStages, "ulysses-ipc model calibrate on " + today() + " to " + from);
+    std::ofstream out(o.output);
+    out << model::machine_to_json(fit.machine);
+    out.close();
+    if (!out) throw RuntimeError(o.output + ": cannot write the machine file");
+    std::printf("calibrated %s: %zu free parameter(s), rms log error %.4f after %d replays; wrote %s\n",
+                base.name.c_str(), [&] { size_t n = 0; for (auto& [k, p] : base.params) n += p.free; return n; }(),
+                std::sqrt(fit.objective), fit.evaluations, o.output.c_str());
+    for (const auto& [name, p] : fit.machine.params)
+      if (p.free) std::printf("  %-26s %10.4g  (in [%g, %g])\n", name.c_str(), p.value, p.lo, p.hi);
+    return 0;
+  }
+
+  std::vector<Row> rows;
+  if (o.command == "validate") {
+    for (const Joined& j : joined)
+      rows.push_back({base_name(j.measured_report), j.case_name, j.run_name, j.replay.measured,
+                      model::modeled_stages(j.replay, base, kNumStages)});
+    std::printf("%smodelled on %s against measured medians (critical path), stage by stage\n",
+                o.markdown ? "" : "# ", base.name.c_str());
+    print_rows(rows, o.markdown, stdout);
+    return 0;
+  }
+
+  // loo: each measured report predicted by a machine fitted to the others.
+  std::vector<std::string> reports;
+  for (const auto& p : o.pairs)
+    if (std::find(reports.begin(), reports.end(), p.first) == reports.end()) reports.push_back(p.first);
+  if (reports.size() < 2) throw InputError("model loo: needs at least two measured reports");
+  for (const std::string& left_out : reports) {
+    model::FitResult fit = model::calibrate(replays(joined, {left_out}), base, kNumStages, "all but " + base_name(left_out));
+    std::fprintf(stderr, "loo: without %s: rms log error %.4f on the others (%d replays)\n", base_name(left_out).c_str(),
+                 std::sqrt(fit.objective), fit.evaluations);
+    for (const Joined& j : joined)
+      if (j.measured_report == left_out)
+        rows.push_back({base_name(j.measured_report), j.case_name, j.run_name, j.replay.measured,
+                        model::modeled_stages(j.replay, fit.machine, kNumStages)});
+  }
+  std::printf("%sleave-one-out on %s: each report predicted by a machine fitted to the others only\n",
+              o.markdown ? "" : "# ", base.name.c_str());
+  print_rows(rows, o.markdown, stdout);
+  return 0;
+}
+
+}  // namespace uipc

@@ -1,0 +1,53 @@
+// bench_kernels' HDF5 output as rates for the machine model (lib/model_bench.hpp).
+#include "lib/report/model_bench.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+#include "base/error.hpp"
+#include "lib/hdf5/hdf5_file.hpp"
+
+namespace uipc {
+
+std::vector<model::NormRopePoint> read_norm_rope_profile(const std::string& path) {
+  h5::File f = h5::File::open_read(path);
+  const h5::Group root = f.root();
+  if (!root.has_link("bench_kernels")) throw InputError(path + ": no group 'bench_kernels' (not bench_kernels -o output)");
+  const h5::Group g = root.open_group("bench_kernels");
+  const std::vector<std::string> section = g.read_string_list("section", 1 << 16), what = g.read_string_list("what", 1 << 16),
+                                 shape = g.read_string_list("shape", 1 << 16), unit = g.read_string_list("unit", 1 << 16);
+  const std::vector<double> rate = g.read_double_list("rate");
+  if (what.size() != section.size() || shape.size() != section.size() || unit.size() != section.size() ||
+      rate.size() != section.size())
+    throw InputError(path + ": bench_kernels' section, what, shape, unit and rate differ in length");
+  const std::string revision = g.has_attr("revision") ? g.read_string("revision") : "revision not recorded";
+  std::vector<model::NormRopePoint> out;
+  for (size_t i = 0; i < section.size(); ++i) {
+    if (section[i] != "norm+rope" || unit[i] != "TB/s") continue;
+    // The dispatched kernel's rows read "norm+RoPE <kind>" (RoPE only: "none (RoPE only)");
+    // the forced kernels' carry a parenthesis after the kind.
+    model::NormRopePoint p;
+    std::string kind = what[i].rfind("norm+RoPE ", 0) == 0 ? what[i].substr(10) : "";
+    if (kind == "none (RoPE only)") kind = "none";
+    bool known = false;
+    for (const char* k : model::kNormKindNames) known = known || kind == k;
+    if (!known) continue;
+    long long m = 0, h = 0, d = 0;
+    char dtype[16] = {0}, view[16] = {0};
+    if (std::sscanf(shape[i].c_str(), "M%lld H%lld D%lld %15s %15s", &m, &h, &d, dtype, view) != 5) continue;
+    if (std::string(view) != "fused") continue;
+    p.norm = kind;
+    p.dtype = dtype;
+    p.head_dim = static_cast<int>(d);
+    p.gbs = rate[i] * 1000.0;
+    std::ostringstream src;
+    src << "bench_kernels " << what[i] << " " << shape[i] << ": " << rate[i] << " TB/s read+write (" << path
+        << ", code " << revision << ")";
+    p.source = src.str();
+    out.push_back(p);
+  }
+  if (out.empty()) throw InputError(path + ": bench_kernels holds no norm+RoPE row of the fused view");
+  return out;
+}
+
+}  // namespace uipc

@@ -1,0 +1,92 @@
+// Replays of --mode model reports with finite-difference sensitivities (lib/model_predict.hpp).
+#include "lib/report/model_predict.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "base/error.hpp"
+#include "lib/report/report.hpp"
+#include "lib/report/trace_report.hpp"
+#include "model/calibrate.hpp"
+
+namespace uipc {
+namespace {
+
+// Parameters a user can measure and the model is made of; switches, counts and the
+// informational HBM spec are left out of the sensitivities.
+bool sensitivity_candidate(const std::string& name, const model::Param& p) {
+  if (name == "peer_copy_on_sm" || name == "copy_engines" || name == "sm_count" || name == "hbm_gbs") return false;
+  return p.range_hi > p.range_lo && p.value > 0;
+}
+
+// Names here are the report's and the machine's own (no quotes or backslashes to escape
+// in practice); escaped anyway so the JSON is always valid.
+std::string quoted(const std::string& v) {
+  std::string o = "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    o += c;
+  }
+  return o + "\"";
+}
+
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.9g", std::isfinite(v) ? v : 0.0);
+  return b;
+}
+
+}  // namespace
+
+int model_predict(const std::vector<std::string>& reports, const model::Machine& m, const std::string& out) {
+  constexpr double kStep = 1.05;
+  std::ostringstream j;
+  j << "{";
+  for (size_t ri = 0; ri < reports.size(); ++ri) {
+    const std::string& path = reports[ri];
+    j << (ri ? ",\n " : "\n ") << quoted(path) << ": {";
+    bool first = true;
+    for (const StoredRun& r : read_report_runs(path)) {
+      if (r.mode != "model") throw InputError(path + ": mode '" + r.mode + "': model predict replays --mode model reports");
+      if (r.traces.empty() || r.stage_terms.size() != r.traces.size())
+        throw InputError(path + ": " + r.case_name + "/" + r.run_name + " has no traced layer with stage terms");
+      model::ReplayCase c;
+      c.label = r.case_name + " " + r.run_name;
+      c.traces = r.traces;
+      c.terms = r.stage_terms;
+      const std::vector<double> base = model::modeled_stages(c, m, kNumStages);
+      std::string best;
+      double best_e = 0;
+      for (const auto& [name, p] : m.params) {
+        if (!sensitivity_candidate(name, p)) continue;
+        model::Machine moved = m;
+        model::Param& q = moved.params.at(name);
+        const double f = p.value * kStep <= p.range_hi ? kStep : 1 / kStep;
+        q.value = p.value * f;
+        const std::vector<double> s = model::modeled_stages(c, moved, kNumStages);
+        const double e = std::log(s[kStageLayer] / base[kStageLayer]) / std::log(f);
+        if (std::fabs(e) > std::fabs(best_e) + 1e-12) {
+          best_e = e;
+          best = name;
+        }
+      }
+      j << (first ? "\n  " : ",\n  ") << quoted(r.case_name + "/" + r.run_name) << ": {\"stages_ms\": [";
+      for (size_t s = 0; s < base.size(); ++s) j << (s ? ", " : "") << num(base[s]);
+      j << "], \"world\": " << r.world << ", \"sensitive\": " << quoted(best) << ", \"elasticity\": " << num(best_e)
+        << "}";
+      first = false;
+    }
+    j << "}";
+  }
+  j << "\n}\n";
+  std::ofstream o(out);
+  o << j.str();
+  o.close();
+  if (!o) throw RuntimeError(out + ": cannot write");
+  return 0;
+}
+
+}  // namespace uipc

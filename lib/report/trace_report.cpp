@@ -1,0 +1,221 @@
+// The traced layer in a report (lib/report/trace_report.hpp).
+#include "lib/report/trace_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+
+#include "base/error.hpp"
+
+namespace uipc {
+namespace {
+
+std::vector<std::string> names_of(int n, const char* (*name)(int)) {
+  std::vector<std::string> v;
+  for (int i = 0; i < n; ++i) v.push_back(name(i));
+  return v;
+}
+const char* op_name(int i) { return model::op_kind_name(static_cast<model::OpKind>(i)); }
+const char* kernel_name(int i) { return model::kernel_kind_name(static_cast<model::KernelKind>(i)); }
+const char* collective_name(int i) { return model::collective_kind_name(static_cast<model::CollectiveKind>(i)); }
+
+// The byte form packed into int64 words (the HDF5 wrapper's integer datasets).
+std::vector<int64_t> pack(const std::string& bytes) {
+  std::vector<uint64_t> u((bytes.size() + 7) / 8, 0);
+  for (size_t i = 0; i < bytes.size(); ++i)
+    u[i / 8] |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * (i % 8));
+  return std::vector<int64_t>(u.begin(), u.end());
+}
+
+std::string unpack(const std::vector<int64_t>& words, int64_t n) {
+  std::string s(static_cast<size_t>(n), '\0');
+  for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<char>(static_cast<uint64_t>(words[i / 8]) >> (8 * (i % 8)));
+  return s;
+}
+
+}  // namespace
+
+void write_traced_layer(const h5::Group& run_group, const RunResult& r) {
+  if (r.traces.empty()) return;
+  h5::Group g = run_group.create_group("traced_layer");
+  const int world = static_cast<int>(r.traces.size());
+  g.write_attr("machine", r.machine);
+  g.write_attr("model_note", r.model_note);
+  g.write_attr("waits_before_trace", static_cast<int64_t>(r.modeled_waits_before_trace));
+  bool measured = false;
+  for (const auto& t : r.traces)
+    for (const auto& op : t.ops) measured = measured || std::isfinite(op.measured_start_ms);
+  g.write_attr("measured", measured ? 1 : 0);
+  g.write_attr("times_units", "ms");
+
+  // Who owns each exported memory id: the columns say which rank a copy reads and writes.
+  std::map<uint64_t, int> owner;
+  for (const auto& t : r.traces)
+    for (uint64_t e : t.exported) owner.emplace(e, t.rank);
+  auto rank_of = [&](uint64_t mem, int self) -> int64_t {
+    if (mem == 0) return self;
+    auto it = owner.find(mem);
+    return it == owner.end() ? -1 : it->second;
+  };
+
+  std::vector<int64_t> rank, stream, kind, kernel, coll, src, dst, value, waits_for, srank, sidx, sprio;
+  std::vector<double> bytes, flops, m0, m1, s0, s1;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const auto& t : r.traces) {
+    for (size_t i = 0; i < t.streams.size(); ++i) {
+      srank.push_back(t.rank);
+      sidx.push_back(static_cast<int64_t>(i));
+      sprio.push_back(t.streams[i].high_priority ? 1 : 0);
+    }
+    for (size_t i = 0; i < t.ops.size(); ++i) {
+      const model::Op& op = t.ops[i];
+      rank.push_back(t.rank);
+      stream.push_back(op.stream);
+      kind.push_back(static_cast<int64_t>(op.kind));
+      kernel.push_back(static_cast<int64_t>(op.kernel));
+      coll.push_back(static_cast<int64_t>(op.collective));
+      const bool copy = op.kind == model::OpKind::kCopy;
+      src.push_back(copy ? rank_of(op.src_mem, t.rank) : -1);
+      dst.push_back(copy ? rank_of(op.dst_mem, t.rank)
+                         : op.kind == model::OpKind::kWriteValue ? rank_of(op.word_mem, t.rank) : -1);
+      value.push_back(static_cast<int64_t>(op.value));
+      waits_for.push_back(op.waits_for);
+      bytes.push_back(op.bytes);
+      flops.push_back(op.flops);
+      m0.push_back(op.measured_start_ms);
+      m1.push_back(op.measured_end_ms);
+      const bool modeled = !r.modeled_ops.empty() && i < r.modeled_ops[t.rank].size();
+      s0.push_back(modeled ? r.modeled_ops[t.rank][i].start_ms : nan);
+      s1.push_back(modeled ? r.modeled_ops[t.rank][i].end_ms : nan);
+    }
+  }
+  const std::vector<int64_t> n{static_cast<int64_t>(rank.size())};
+  if (!rank.empty()) {
+    g.write_dataset("op_rank", n, rank.data());
+    g.write_dataset("op_stream", n, stream.data());
+    g.write_dataset("op_kind", n, kind.data()).write_attr("names", names_of(9, op_name));
+    g.write_dataset("op_kernel", n, kernel.data()).write_attr("names", names_of(5, kernel_name));
+    g.write_dataset("op_collective", n, coll.data()).write_attr("names", names_of(4, collective_name));
+    g.write_dataset("op_src_rank", n, src.data());
+    g.write_dataset("op_dst_rank", n, dst.data());
+    g.write_dataset("op_value", n, value.data());
+    g.write_dataset("op_waits_for", n, waits_for.data());
+    g.write_dataset("op_bytes", n, bytes.data());
+    g.write_dataset("op_flops", n, flops.data());
+    g.write_dataset("op_measured_start_ms", n, m0.data());
+    g.write_dataset("op_measured_end_ms", n, m1.data());
+    g.write_dataset("op_modeled_start_ms", n, s0.data());
+    g.write_dataset("op_modeled_end_ms", n, s1.data());
+  }
+  const std::vector<int64_t> ns{static_cast<int64_t>(srank.size())};
+  if (!srank.empty()) {
+    g.write_dataset("stream_rank", ns, srank.data());
+    g.write_dataset("stream_index", ns, sidx.data());
+    g.write_dataset("stream_high_priority", ns, sprio.data());
+  }
+  for (const auto& t : r.traces) {
+    const std::string b = model::serialize(t);
+    std::vector<int64_t> words = pack(b);
+    if (words.empty()) words.push_back(0);
+    h5::Dataset d = g.write_dataset("trace_rank" + std::to_string(t.rank), {static_cast<int64_t>(words.size())},
+                                    words.data());
+    d.write_attr("bytes", static_cast<int64_t>(b.size()));
+  }
+  if (!r.modeled_stage_ms.empty()) {
+    h5::Dataset d = g.write_dataset("modeled_stage_ms", {world, kNumStages}, r.modeled_stage_ms.data());
+    d.write_attr("units", "ms");
+    d.write_attr("dims", std::vector<std::string>{"rank", "stage"});
+    g.write_dataset("modeled_v_overlap_ms", {world}, r.modeled_v_overlap_ms.data()).write_attr("units", "ms");
+    g.write_dataset("modeled_v_copy_ms", {world}, r.modeled_v_copy_ms.data()).write_attr("units", "ms");
+    std::vector<double> crit(kNumStages, -std::numeric_limits<double>::infinity());
+    for (int rk = 0; rk < world; ++rk)
+      for (int s = 0; s < kNumStages; ++s) crit[s] = std::max(crit[s], r.modeled_stage_ms[rk * kNumStages + s]);
+    g.write_attr("modeled_critical_ms", crit);
+  }
+  std::vector<double> terms;
+  for (size_t rk = 0; rk < r.stage_terms.size(); ++rk)
+    for (const auto& t : r.stage_terms[rk]) terms.insert(terms.end(), {static_cast<double>(rk), static_cast<double>(t.stage), static_cast<double>(t.op), t.coef});
+  if (!terms.empty()) {
+    h5::Dataset d = g.write_dataset("stage_terms", {static_cast<int64_t>(terms.size() / 4), 4}, terms.data());
+    d.write_attr("columns", std::vector<std::string>{"rank", "stage", "op", "coef"});
+  }
+}
+
+std::string StoredRun::shape_key() const {
+  return "B" + std::to_string(batch) + " S" + std::to_string(seq_len) + " H" + std::to_string(heads) + " D" +
+         std::to_string(head_dim) + " " + dtype + " qk_norm " + qk_norm + (fused_qkv ? " fused" : " separate") +
+         ", ulysses " + std::to_string(ulysses) + " tp " + std::to_string(tp) + " on " + std::to_string(world) +
+         " ranks";
+}
+
+std::vector<StoredRun> read_report_runs(const std::string& path) {
+  h5::File f = h5::File::open_read(path);
+  h5::Group root = f.root();
+  if (!root.has_attr("software") || root.read_string("software") != "ulysses-ipc")
+    throw InputError(path + ": not a ulysses-ipc report");
+  const std::string mode = root.read_string("mode");
+  const int world = static_cast<int>(root.read_int("world_size"));
+  std::vector<StoredRun> out;
+  h5::Group cases = root.open_group("cases");
+  for (const std::string& cname : root.read_string_list("cases")) {
+    h5::Group cg = cases.open_group(cname);
+    for (const std::string& rname : cg.read_string_list("runs")) {
+      h5::Group rg = cg.open_group(rname);
+      StoredRun s;
+      s.report = path;
+      s.case_name = cname;
+      s.run_name = rname;
+      s.mode = mode;
+      s.world = world;
+      s.transport_used = rg.read_string("transport_used");
+      s.schedule = rg.read_string("schedule");
+      s.batch = cg.read_int("batch");
+      s.seq_len = cg.read_int("seq_len");
+      s.heads = cg.read_int("heads");
+      s.head_dim = cg.read_int("head_dim");
+      s.ulysses = cg.read_int("ulysses");
+      if (s.ulysses == 0) s.ulysses = world / std::max<int64_t>(1, cg.read_int("tp"));
+      s.tp = cg.read_int("tp");
+      s.fused_qkv = cg.read_bool("fused_qkv") ? 1 : 0;
+      s.dtype = cg.read_string("dtype");
+      s.qk_norm = cg.read_string("qk_norm");
+      s.median_ms = rg.read_double_list("median_ms");
+      if (static_cast<int>(s.median_ms.size()) != kNumStages)
+        throw InputError(path + ": case '" + cname + "' run '" + rname + "': median_ms has " +
+                         std::to_string(s.median_ms.size()) + " values, expected " + std::to_string(kNumStages));
+      if (rg.has_link("traced_layer")) {
+        h5::Group tg = rg.open_group("traced_layer");
+        for (int rk = 0; rk < world; ++rk) {
+          const std::string dname = "trace_rank" + std::to_string(rk);
+          h5::Dataset d = tg.open_dataset(dname);
+          const int64_t n = d.read_int("bytes");
+          std::vector<int64_t> words = tg.read_int64s(dname);
+          if (n < 0 || static_cast<size_t>(n) > words.size() * 8)
+            throw InputError(path + ": " + cname + "/" + rname + "/traced_layer/" + dname + ": bad byte count");
+          try {
+            s.traces.push_back(model::deserialize(unpack(words, n)));
+            if (s.traces.back().rank != rk || s.traces.back().world != world) throw std::runtime_error("rank or world differs");
+          } catch (const std::runtime_error& e) {
+            throw InputError(path + ": " + cname + "/" + rname + "/traced_layer/" + dname + ": " + e.what());
+          }
+        }
+        s.stage_terms.resize(world);
+        if (tg.has_link("stage_terms")) {
+          std::vector<int64_t> dims;
+          std::vector<double> v = tg.read_doubles("stage_terms", &dims);
+          for (size_t i = 0; i + 3 < v.size(); i += 4) {
+            const int rk = static_cast<int>(v[i]);
+            if (rk < 0 || rk >= world) throw InputError(path + ": " + cname + "/" + rname + ": stage_terms: bad rank");
+            s.stage_terms[rk].push_back({static_cast<int>(v[i + 1]), static_cast<int>(v[i + 2]), v[i + 3]});
+          }
+        }
+      }
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+}  // namespace uipc
