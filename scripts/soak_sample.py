@@ -82,6 +82,11 @@ def _proc_sample(pid: int, name: str) -> dict | None:
         return None
     env = dict(kv.split("=", 1) for kv in (environ or "").split("\0") if "=" in kv)
     rank = env.get("OMPI_COMM_WORLD_RANK", env.get("PMI_RANK", ""))
+    if not rank:
+        # Every rank runs under mpirun, so a rank's environment names it. An empty one is
+        # a process caught inside execve: its name is already the new program's, but its
+        # environment is not yet mapped (/proc/PID/environ reads empty). Not a rank yet.
+        return None
     return {"pid": pid, "rank": rank, "rss_kib": int(fields["VmRSS"].split()[0]),
             "threads": int(fields["Threads"].split()[0]), "fds": fds}
 

@@ -70,7 +70,7 @@ RUNS = [
 # Run attributes and datasets that hold times a simulated run measured on the CPU: only
 # their shape is recorded (in --mode model they are modelled, and recorded in full).
 MEASURED = {"stage_ms", "v_copy_ms", "v_overlap_ms", "median_ms", "p10_ms", "p90_ms", "scatter_bandwidth_gbs",
-            "op_measured_start_ms", "op_measured_end_ms"}
+            "op_measured_start_ms", "op_measured_end_ms", "timed_wall_start_s", "timed_wall_end_s"}
 # Provenance: changes with the build, the date and the machine.
 PROVENANCE = {"software_version", "date", "command_line", "hosts", "devices"}
 # Datasets longer than this are recorded as a digest of their (rounded) values.
