@@ -22,6 +22,7 @@
 #include "git_rev.h"
 #include "comm/bootstrap.hpp"
 #include "comm/nodes.hpp"
+#include "lib/cpu_estimate.hpp"
 #include "lib/layout.hpp"
 #include "lib/deck_wire.hpp"
 #include "lib/pipeline.hpp"
@@ -326,10 +327,19 @@ int run_deck(const RunOptions& opt) {
                       be.mode == "gpu" ? ("device memory on rank " + std::to_string(rank)).c_str()
                                        : "host memory on this node (simulation: all its ranks together)",
                       have / (1 << 30));
-        throw InputError(buf + std::string(": fewer tokens, more ranks, or --case to run the others"));
+        throw InputError(buf + std::string(": fewer tokens, more ranks, or --case to run the others; or ") +
+                         sim_alternatives(c));
       }
     });
   }
+  // Simulation: every case's CPU time too; a long case prints its estimate and progress.
+  const auto print = [&out](const std::string& line) { out.line("%s", line.c_str()); };
+  int node_ranks = 1;
+  UIPC_MPI_CHECK(MPI_Comm_size(node.get(), &node_ranks));
+  const std::vector<CpuEstimate> cpu_est =
+      be.mode == "sim" && !model_mode
+          ? check_sim_cpu_time(todo, world, node_ranks, opt.sim_time_limit_s, *be.device, *be.kernels, print)
+          : std::vector<CpuEstimate>(todo.size());
   Provenance prov;
   prov.version = ULYSSES_GIT_REV;
   prov.date = iso_date_utc();
@@ -359,7 +369,8 @@ int run_deck(const RunOptions& opt) {
   for (size_t ci = 0; ci < todo.size(); ++ci) {
     const Case& c = todo[ci];
     const auto t_case = std::chrono::steady_clock::now();
-    be.device->set_watchdog_seconds(opt.watchdog_s > 0 ? opt.watchdog_s : c.watchdog_s);
+    be.device->set_watchdog_seconds(opt.watchdog_s > 0 ? opt.watchdog_s : sim_watchdog_for(c.watchdog_s, cpu_est[ci]));
+    CaseProgress progress(c, cpu_est[ci], print);
     Layout l = make_layout(c, world, rank);
     MpiComm ucomm = split_comm(MPI_COMM_WORLD, l.ulysses_group(), rank);
     MpiComm tcomm = split_comm(MPI_COMM_WORLD, l.tp_group(), rank);
@@ -395,6 +406,7 @@ int run_deck(const RunOptions& opt) {
       std::vector<float> full;
       set_activity("computing the dense reference");
       if (rank == 0) full = dense_reference(*be.device, *be.kernels, c, *compute, t);
+      progress.reference_done();
       set_activity("distributing the reference");
       refs[static_cast<size_t>(t)] = distribute_reference(full, c, l, 20 * wd);
       if (t == 0) full_ref = std::move(full);
@@ -514,6 +526,7 @@ int run_deck(const RunOptions& opt) {
               set_activity("starting a warmup layer");
               pipe.enqueue_layer();
               compute->synchronize();
+              progress.layer_done();
               count_first_layer();
             }
             std::vector<LayerTiming> times;
@@ -527,6 +540,7 @@ int run_deck(const RunOptions& opt) {
               set_activity("starting a timed layer");
               pipe.enqueue_layer();
               compute->synchronize();
+              progress.layer_done();
               times.push_back(pipe.last_timing());
               count_first_layer();
             }

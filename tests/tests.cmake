@@ -69,3 +69,7 @@ set_tests_properties(install_example PROPERTIES LABELS "install;mpi" TIMEOUT 900
 # without Slurm and munge (tests/slurm/install.sh installs them; CI requires them).
 add_test(NAME slurm_jobs COMMAND ${PROJECT_SOURCE_DIR}/tests/slurm/run_jobs.sh ${PROJECT_BINARY_DIR})
 set_tests_properties(slurm_jobs PROPERTIES LABELS "slurm;mpi" TIMEOUT 900 SKIP_RETURN_CODE 77)
+
+# The CPU-time estimate of simulation mode, and every shipped case through it (#24).
+ulysses_add_test(test_cpu_estimate SOURCES test_cpu_estimate.cpp LIBS ulysses_lib ${HDF5_C_LIBRARIES} LABELS unit)
+target_compile_definitions(test_cpu_estimate PRIVATE ULYSSES_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
