@@ -25,11 +25,13 @@ constexpr double kNoteSeconds = 60.0;
 // under a minute.
 constexpr double kPessimisticFlops = 0.5e9;
 
-// The startup measurement: shapes small enough to cost about a tenth of a
-// second, large enough that the kernels run their blocked inner loops as at
-// full size.
-constexpr int64_t kGemmM = 256, kGemmN = 512, kGemmK = 512;
-constexpr int64_t kAttnSeq = 1024, kAttnHeads = 1, kAttnDim = 128;
+// The startup measurement (only for a case that may take minutes): shapes whose
+// operands outgrow the caches as a full-size layer's do (a K of 3072, the keys of a
+// 3072-token head: 1.5 MB as fp32), which the small shapes of the -sim decks do not;
+// the rates of a probe that fits in cache were 2-6x those of a FLUX 1024 layer.
+// About 1.5 GFLOP together: a second or two per rank.
+constexpr int64_t kGemmM = 128, kGemmN = 1024, kGemmK = 3072;
+constexpr int64_t kAttnSeq = 3072, kAttnHeads = 1, kAttnDim = 128;
 
 double runs_of(const Case& c) {
   return static_cast<double>(c.transports.size()) * static_cast<double>(c.schedules.size()) *

@@ -39,7 +39,8 @@ struct HostRates {
   double gemm = 0;       // flop/s
   double attention = 0;  // flop/s
 };
-// Times a small GEMM and a small attention on `k` (about a tenth of a second).
+// Times a GEMM and an attention on `k` whose operands outgrow the caches as a full-size
+// layer's do (about 1.5 GFLOP: a second or two).
 HostRates measure_host_rates(Device& dev, LayerKernels& k, Stream& s);
 
 struct CpuEstimate {

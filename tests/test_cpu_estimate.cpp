@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -163,6 +164,38 @@ TEST(CpuEstimate, EveryShippedCaseFitsOrIsRefusedCleanly) {
   }
   std::printf("%d case x rank count(s) checked, %d refused\n", checked, refused);
   EXPECT_GT(checked, 50);
+}
+
+// Calibration, not a check (run with --gtest_also_run_disabled_tests): the startup probe's
+// rates beside the rates of one FLUX 1024 Ulysses4 rank's kernels (QKV projection
+// 1152 x 9216 x 3072, attention of 2 heads over 4608 tokens), which is what the
+// estimate stands for. Prints both and their ratio.
+TEST(CpuEstimate, DISABLED_ProbeRatesAgainstFullSizeKernels) {
+  using Clock = std::chrono::steady_clock;
+  auto dev = make_host_device(0);
+  auto k = make_host_kernels();
+  auto s = dev->create_stream(StreamPriority::kNormal);
+  const HostRates before = measure_host_rates(*dev, *k, *s);
+  const DType t = DType::kBF16;
+  const int64_t M = 1152, N = 9216, K = 3072, S = 4608, H = 2, D = 128;
+  DeviceBuffer a = dev->alloc(M * K * 2), w = dev->alloc(K * N * 2), o = dev->alloc(M * N * 2);
+  DeviceBuffer q = dev->alloc(S * H * D * 2), kk = dev->alloc(S * H * D * 2), v = dev->alloc(S * H * D * 2),
+               y = dev->alloc(S * H * D * 2);
+  auto t0 = Clock::now();
+  k->gemm(*s, a.get(), K, w.get(), N, o.get(), N, M, N, K, t, t);
+  s->synchronize();
+  auto t1 = Clock::now();
+  k->attention(*s, q.get(), kk.get(), v.get(), y.get(), 1, S, H, D, t, 0.1f);
+  s->synchronize();
+  auto t2 = Clock::now();
+  const HostRates after = measure_host_rates(*dev, *k, *s);
+  const double gemm = 2.0 * M * N * K / std::chrono::duration<double>(t1 - t0).count();
+  const double attn = 4.0 * S * S * H * D / std::chrono::duration<double>(t2 - t1).count();
+  std::printf("probe before: GEMM %.2f attention %.2f GFLOP/s; full size: GEMM %.2f attention %.2f; probe after: "
+              "GEMM %.2f attention %.2f; full/probe: GEMM %.2f attention %.2f\n",
+              before.gemm / 1e9, before.attention / 1e9, gemm / 1e9, attn / 1e9, after.gemm / 1e9,
+              after.attention / 1e9, 2 * gemm / (before.gemm + after.gemm),
+              2 * attn / (before.attention + after.attention));
 }
 
 }  // namespace
