@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -598,6 +599,8 @@ class HostDevice final : public Device {
   }
 
   DeviceBuffer alloc_fd_shareable(size_t bytes) override {
+    UIPC_CHECK(bytes <= static_cast<size_t>(INT64_MAX),
+               "alloc_fd_shareable: " + std::to_string(bytes) + " bytes is not a size");
     auto seg = std::make_unique<MemfdSegment>();
     seg->mapped_bytes = std::max<size_t>(bytes, 1);
     seg->fd = memfd_create("uipc-vmm", MFD_CLOEXEC);
@@ -843,6 +846,8 @@ class HostDevice final : public Device {
 
  private:
   DeviceBuffer alloc_private(size_t bytes) {
+    // Rounding up must not wrap a huge request to a small allocation.
+    UIPC_CHECK(bytes <= SIZE_MAX - kHostAlignment, "alloc: " + std::to_string(bytes) + " bytes is not a size");
     size_t rounded = (std::max<size_t>(bytes, 1) + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
     if (untouched_) {
       auto seg = std::make_unique<UntouchedSegment>();
@@ -863,6 +868,8 @@ class HostDevice final : public Device {
   DeviceBuffer alloc_shared(size_t bytes) {
     auto seg = std::make_unique<ShmSegment>();
     seg->mapped_bytes = std::max<size_t>(bytes, 1);
+    // ftruncate and posix_fallocate take an off_t: a larger size would turn negative.
+    UIPC_CHECK(bytes <= static_cast<size_t>(INT64_MAX), "alloc: " + std::to_string(bytes) + " bytes is not a size");
     int fd = -1;
     // A name left by a crashed process that had our pid (pids get reused) is stepped
     // over, never adopted: O_EXCL guarantees the segment is ours.

@@ -195,7 +195,8 @@ class HostKernels final : public LayerKernels {
     void* data = x.data;
     const HeadSliceOut out = x.out;
     UIPC_CHECK(out.data == nullptr ||
-                   (out.head_begin >= 0 && out.head_count >= 0 && out.head_begin + out.head_count <= heads),
+                   (out.head_begin >= 0 && out.head_count >= 0 &&
+                    static_cast<int64_t>(out.head_begin) + out.head_count <= heads),
                "norm_rope: output head slice outside the view's heads");
     const int64_t pitch = x.row_pitch, tpb = x.tokens_per_batch, pos0 = x.pos_offset;
     const float eps = p.eps, rope_theta = p.rope_theta;

@@ -123,6 +123,16 @@ TEST_F(HostDeviceTest, HostStreamRejectsForeignStreams) {
   EXPECT_THROW(dev_->memset(foreign, buf.get(), 0, 64), RuntimeError);
 }
 
+// A size that rounding or an off_t would wrap is an error, not a small buffer that
+// claims to be huge.
+TEST_F(HostDeviceTest, AllocationsOfImpossibleSizesAreErrors) {
+  EXPECT_THROW(dev_->alloc(SIZE_MAX), RuntimeError);
+  EXPECT_THROW(dev_->alloc(SIZE_MAX - 3), RuntimeError);
+  EXPECT_THROW(dev_->alloc(SIZE_MAX, true), RuntimeError);
+  EXPECT_THROW(dev_->alloc_fd_shareable(SIZE_MAX), RuntimeError);
+  EXPECT_TRUE(own_shm_entries().empty());
+}
+
 // --- streams
 
 TEST_F(HostDeviceTest, StreamRunsTasksInOrder) {
