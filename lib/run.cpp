@@ -196,6 +196,18 @@ void corrupt_output_for_tests(Device& dev, const DeviceBuffer& y, DType t, int r
   dev.copy_to_device(y.get(), e, dtype_size(t));
 }
 
+// Test hook: a rank named by this variable issues a copy of two rows, each more than half
+// its output buffer, so tests can see the device layer's reach check end the run on that
+// rank (exit 3, no report) instead of a copy past the buffer.
+const char* const kOverreachRankEnv = "ULYSSES_TEST_OVERREACH_RANK";
+
+void overreach_for_tests(Device& dev, Stream& s, const DeviceBuffer& y, int rank) {
+  const char* v = std::getenv(kOverreachRankEnv);
+  if (!v || !*v || std::atoi(v) != rank) return;
+  const size_t row = y.bytes() / 2 + 1;
+  dev.copy_2d(s, y.get(), row, y.get(), row, row, 2);
+}
+
 // The runs of one transport under each schedule of the case: the full design (ablation
 // ""), then each ablation of the case (or of --ablations) that applies to it.
 std::vector<std::pair<std::string, std::string>> schedule_runs(const Case& c, const RunOptions& opt,
@@ -550,6 +562,7 @@ int run_deck(const RunOptions& opt) {
             // The step's output: against the dense reference, and (approximate runs, or
             // exact runs after the first) against the exact run's output of the step.
             if (t == steps - 1) corrupt_output_for_tests(*be.device, pipe.output(), c.dtype, rank);
+            if (t == steps - 1) overreach_for_tests(*be.device, *compute, pipe.output(), rank);
             set_activity("checking parity");
             const Parity p = check_parity(*be.device, pipe.output(), c.dtype, refs[static_cast<size_t>(t)], wd);
             rr.step_max_abs[static_cast<size_t>(t)] = p.max_abs;
