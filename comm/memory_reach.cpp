@@ -84,8 +84,10 @@ void check_span(const char* op, const char* what, const void* ptr, size_t bytes,
     r = it->second;
   }
   const size_t offset = p - base;
-  // A pointer past the end of the nearest region below it lies in no recorded region.
-  if (offset >= r.bytes && !(offset == r.bytes && r.bytes == 0)) return;
+  // A pointer past the end of the nearest region below it lies in no recorded region
+  // (the start of an empty region is in it: any byte from there is past its end).
+  const bool inside = offset < r.bytes || (offset == 0 && r.bytes == 0);
+  if (!inside) return;
   if (bytes <= r.bytes - offset) return;
   throw RuntimeError(std::string(op) + ": the " + what + " reaches " + std::to_string(bytes) + " bytes from offset " +
                      std::to_string(offset) + " of a " + r.kind + " of " + std::to_string(r.bytes) + " bytes at " +

@@ -445,6 +445,35 @@ TEST_F(HostDeviceTest, ACopyPastItsDestinationOrSourceIsANamedError) {
   EXPECT_NO_THROW(s->synchronize());
 }
 
+// The spans are formed in 64 bits, and a span that does not fit is an error, not a
+// wrapped small number; memory the device layer did not hand out is not checked; every
+// region is forgotten when its memory goes.
+TEST_F(HostDeviceTest, ReachSpansAreSixtyFourBitAndRegionsComeAndGo) {
+  const size_t before = recorded_region_count();
+  EXPECT_EQ(span_2d("op", "view", 3, size_t{1} << 40, 8), (size_t{2} << 40) + 8);
+  EXPECT_EQ(span_2d("op", "view", 0, 64, 8), 0u);
+  EXPECT_NE(runtime_error_of([] { span_2d("op", "view", SIZE_MAX / 2, 4, 1); }).find("overflows a 64-bit byte count"),
+            std::string::npos);
+  EXPECT_NE(runtime_error_of([] { span_bytes("op", "view", SIZE_MAX / 2, 4); }).find("overflows a 64-bit byte count"),
+            std::string::npos);
+  auto s = stream();
+  {
+    DeviceBuffer empty = dev_->alloc(0);
+    DeviceBuffer buf = dev_->alloc(256);
+    EXPECT_EQ(recorded_region_count(), before + 2);
+    std::string what = runtime_error_of([&] { dev_->copy_2d(*s, empty.get(), 1, buf.get(), 1, 1, 1); });
+    EXPECT_NE(what.find("reaches 1 bytes from offset 0 of a buffer of 0 bytes"), std::string::npos) << what;
+    // Rows whose pitch times count wraps size_t: an error, whichever way it would wrap.
+    what = runtime_error_of([&] { dev_->copy_2d(*s, buf.get(), SIZE_MAX / 2, buf.get(), 16, 16, 3); });
+    EXPECT_NE(what.find("overflows a 64-bit byte count"), std::string::npos) << what;
+    // Host memory of the caller is not the device layer's to check.
+    std::vector<unsigned char> host(64);
+    EXPECT_NO_THROW(dev_->copy_2d(*s, host.data(), 64, buf.get(), 64, 64, 1));
+    s->synchronize();
+  }
+  EXPECT_EQ(recorded_region_count(), before);
+}
+
 TEST_F(HostDeviceTest, ACopyPastAPeerMappingIsANamedError) {
   auto s = stream();
   DeviceBuffer exported = dev_->alloc(4096, true);
