@@ -43,8 +43,9 @@ def test_a_case_too_long_for_the_cpu_is_refused_up_front(app, run, tmp_path):
 # One case per shipped model family, at the family's own heads, head_dim, norm, RoPE and
 # QKV fusion, at Ulysses4 on 4 ranks (the layout that crashed; the case's own rank count),
 # with the token count cut to about 1e11 flop of dense reference, mostly projections (the
-# slower kernel on a CPU): 55-90 s each on this 2-core machine under a load average of
-# 7-11 from other builds, all seven about 8 minutes. PixArt runs at its full 4096 tokens.
+# slower kernel on a CPU). Measured on a 2-core machine shared with other builds: 51-121 s
+# each, 10.5 min for all seven, at a load average of 11-17; FLUX 69 s and CogVideoX 52 s
+# at a load average of 3-8. PixArt runs at its full 4096 tokens.
 FAMILIES = [
     ("flux-dev-1024", "flux-dev-1024.u4", 1024),
     ("hunyuanvideo-720p", "hunyuanvideo-720p.u4", 1024),
