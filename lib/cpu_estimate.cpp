@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "base/error.hpp"
+#include "comm/bootstrap.hpp"
 #include "comm/device.hpp"
 #include "kernels/kernels.hpp"
 #include "lib/deck_cli.hpp"
@@ -20,6 +21,8 @@ namespace {
 // Cases expected to take longer than this print their estimate and their
 // progress.
 constexpr double kNoteSeconds = 60.0;
+// and a progress line at most this often.
+constexpr double kProgressSeconds = 20.0;
 // A rank's host-kernel rate assumed before anything is measured: below what a
 // core of any machine this runs on reaches, so a case it puts under a minute is
 // under a minute.
@@ -27,11 +30,11 @@ constexpr double kPessimisticFlops = 0.5e9;
 
 // The startup measurement (only for a case that may take minutes): shapes whose
 // operands outgrow the caches as a full-size layer's do (a K of 3072, the keys of a
-// 3072-token head: 1.5 MB as fp32), which the small shapes of the -sim decks do not;
+// 2048-token head: 1 MB as fp32), which the small shapes of the -sim decks do not;
 // the rates of a probe that fits in cache were 2-6x those of a FLUX 1024 layer.
-// About 1.5 GFLOP together: a second or two per rank.
+// About 3 GFLOP together: a second or two per rank.
 constexpr int64_t kGemmM = 128, kGemmN = 1024, kGemmK = 3072;
-constexpr int64_t kAttnSeq = 3072, kAttnHeads = 1, kAttnDim = 128;
+constexpr int64_t kAttnSeq = 2048, kAttnHeads = 1, kAttnDim = 128;
 
 double runs_of(const Case& c) {
   return static_cast<double>(c.transports.size()) * static_cast<double>(c.schedules.size()) *
@@ -40,7 +43,9 @@ double runs_of(const Case& c) {
 
 std::string minutes(double s) {
   char text[48];
-  if (s < 120)
+  if (s < 10)
+    std::snprintf(text, sizeof(text), "%.2g s", s);
+  else if (s < 120)
     std::snprintf(text, sizeof(text), "%.0f s", s);
   else
     std::snprintf(text, sizeof(text), "%.1f min", s / 60.0);
@@ -69,8 +74,8 @@ CaseFlops case_flops(const Case& c, int world) {
   f.reference_gemm = 8 * B * S * C * C;
   f.reference_attention = 4 * B * S * S * H * D;
   f.steps = std::max(1, c.steps);
-  f.layers = static_cast<int64_t>(runs_of(c)) * std::max(1, c.repeats) * f.steps *
-             (std::max(0, c.warmup) + std::max(1, c.iterations));
+  f.runs = static_cast<int64_t>(runs_of(c));
+  f.layers = f.runs * std::max(1, c.repeats) * f.steps * (std::max(0, c.warmup) + std::max(1, c.iterations));
   return f;
 }
 
@@ -106,13 +111,14 @@ CpuEstimate estimate_case_cpu(const CaseFlops& f, const HostRates& r, double sha
   e.reference_s = f.steps * (f.reference_gemm / gemm + f.reference_attention / attn) / std::max(1.0, share);
   e.layer_s = f.layer_gemm / gemm + f.layer_attention / attn;
   e.total_s = e.reference_s + static_cast<double>(f.layers) * e.layer_s;
+  e.minimum_s = e.reference_s + static_cast<double>(f.runs) * e.layer_s;
   return e;
 }
 
 double pessimistic_case_seconds(const Case& c, int world, double share) {
   const CaseFlops f = case_flops(c, world);
   const double rank_rate = kPessimisticFlops / std::max(1.0, share);
-  return estimate_case_cpu(f, HostRates{rank_rate, rank_rate}, share).total_s;
+  return estimate_case_cpu(f, HostRates{rank_rate, rank_rate}, share).minimum_s;
 }
 
 std::string sim_alternatives(const Case& c) {
@@ -161,7 +167,11 @@ std::vector<CpuEstimate> check_case_cpu_times(const std::vector<Case>& cases, in
                   "then %lld layer(s) of %s each (%s)",
                   c.name.c_str(), minutes(e.total_s).c_str(), minutes(e.reference_s).c_str(),
                   static_cast<long long>(f.layers), minutes(e.layer_s).c_str(), rate_text);
-    if (e.total_s > limit_s)
+    // Refused: a case whose layers are large for a CPU (its reference and one layer of
+    // each run take over a minute) and whose whole run takes longer than the limit. Many
+    // small layers (a long run to interrupt, a soak) are the deck's choice, not a size
+    // the CPU cannot carry: they run, with their estimate and progress printed.
+    if (e.total_s > limit_s && e.minimum_s > kNoteSeconds)
       throw InputError(std::string(text) + ", above the limit of " + minutes(limit_s) +
                        " (--sim-time-limit): " + sim_alternatives(c) + "; or raise --sim-time-limit");
     if (e.total_s > kNoteSeconds) print(std::string(text) + "\n");
@@ -170,16 +180,27 @@ std::vector<CpuEstimate> check_case_cpu_times(const std::vector<Case>& cases, in
 }
 
 std::vector<CpuEstimate> check_sim_cpu_time(const std::vector<Case>& cases, int world, int ranks_on_node,
-                                            double limit_s, Device& dev, LayerKernels& k,
+                                            double limit_s, double watchdog_s, Device& dev, LayerKernels& k,
                                             const std::function<void(const std::string&)>& print) {
   const double share = ranks_per_core(ranks_on_node);
   bool any_long = false;
   for (const Case& c : cases) any_long = any_long || pessimistic_case_seconds(c, world, share) > kNoteSeconds;
   if (!any_long) return std::vector<CpuEstimate>(cases.size());  // alike on every rank: the deck is the same
 
+  const auto t0 = std::chrono::steady_clock::now();
   HostRates mine = measure_host_rates(dev, k, *dev.create_stream(StreamPriority::kNormal));
-  double rates[2] = {mine.gemm, mine.attention}, slowest[2] = {0, 0};
-  UIPC_MPI_CHECK(MPI_Allreduce(rates, slowest, 2, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD));
+  const double probe_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Bounded, as every collective that a rank's death could leave waiting; the bound
+  // allows for the ranks' probes ending apart (they share cores). The slowest rank's rates.
+  const double rates[2] = {mine.gemm, mine.attention};
+  std::vector<double> all(2 * static_cast<size_t>(world));
+  allgather_bounded(MPI_COMM_WORLD, rates, sizeof(rates), all.data(), watchdog_s + 4 * probe_s,
+                    "the host-kernel rates of the CPU-time estimate");
+  double slowest[2] = {all[0], all[1]};
+  for (size_t r = 1; r < static_cast<size_t>(world); ++r) {
+    slowest[0] = std::min(slowest[0], all[2 * r]);
+    slowest[1] = std::min(slowest[1], all[2 * r + 1]);
+  }
   // Alike on every rank (the rates are the slowest rank's): a refusal is reported once.
   std::vector<CpuEstimate> est;
   collective_phase(MPI_COMM_WORLD, [&] {
@@ -197,15 +218,24 @@ CaseProgress::CaseProgress(const Case& c, const CpuEstimate& e, std::function<vo
   const CaseFlops f = case_flops(c, 1);
   layers_ = f.layers;
   steps_ = f.steps;
-  if (est_.total_s <= kNoteSeconds) print_ = nullptr;  // a short case prints only its results
+  last_line_ = start_;
 }
 
 void CaseProgress::line(const std::string& what) {
-  if (!print_) return;
   const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  char text[256];
-  std::snprintf(text, sizeof(text), "  %s: %s after %s (estimate for the case: %s)\n", name_.c_str(), what.c_str(),
-                minutes(spent).c_str(), minutes(est_.total_s).c_str());
+  // Silent for a short case: one estimated under a minute, or (many small layers, not
+  // estimated up front) one that has not yet run for a minute.
+  if (!print_ || (est_.total_s > 0 ? est_.total_s <= kNoteSeconds : spent < kNoteSeconds)) return;
+  std::string about;
+  if (est_.total_s > 0) {
+    about = "estimate for the case: " + minutes(est_.total_s);
+  } else if (layers_done_ > 0) {
+    about = "about " + minutes(spent / layers_done_ * static_cast<double>(layers_ - layers_done_)) +
+            " left at the rate so far";
+  }
+  char text[320];
+  std::snprintf(text, sizeof(text), "  %s: %s after %s (%s)\n", name_.c_str(), what.c_str(), minutes(spent).c_str(),
+                about.c_str());
   print_(text);
 }
 
@@ -216,6 +246,11 @@ void CaseProgress::reference_done() {
 
 void CaseProgress::layer_done() {
   ++layers_done_;
+  // A line every kProgressSeconds at most (and for the last layer): many short layers
+  // must not flood the console.
+  const auto now = std::chrono::steady_clock::now();
+  if (layers_done_ < layers_ && now - last_line_ < std::chrono::duration<double>(kProgressSeconds)) return;
+  last_line_ = now;
   line("layer " + std::to_string(layers_done_) + "/" + std::to_string(layers_) + " done");
 }
 

@@ -28,6 +28,7 @@ struct CaseFlops {
   double reference_gemm = 0;       // the dense reference (rank 0), one step
   double reference_attention = 0;  // the same, attention
   int64_t layers = 0;              // layers each rank runs over the case's runs, repeats and steps
+  int64_t runs = 0;                // transport x schedule x ablation runs
   int steps = 1;                   // dense references (one per step)
 };
 CaseFlops case_flops(const Case& c, int world);
@@ -40,20 +41,22 @@ struct HostRates {
   double attention = 0;  // flop/s
 };
 // Times a GEMM and an attention on `k` whose operands outgrow the caches as a full-size
-// layer's do (about 1.5 GFLOP: a second or two).
+// layer's do (about 3 GFLOP: a second or two).
 HostRates measure_host_rates(Device& dev, LayerKernels& k, Stream& s);
 
 struct CpuEstimate {
   double reference_s = 0;  // rank 0's dense references, alone on a core (the others wait)
   double layer_s = 0;      // one layer on one rank, beside the other ranks
   double total_s = 0;      // the references and every layer
+  double minimum_s = 0;    // the references and one layer of each run: the size of the case
 };
 // `share`: ranks per core on this node (>= 1 when ranks outnumber cores), the
 // factor between a rank's rate measured beside the others and its rate alone.
 CpuEstimate estimate_case_cpu(const CaseFlops& f, const HostRates& r, double share);
 
-// Seconds of a case with no measurement at hand, at a pessimistic fixed rate:
-// cases under a minute even so need no measurement at all.
+// The dense reference and one layer of each run (CpuEstimate::minimum_s) with no
+// measurement at hand, at a pessimistic fixed rate: cases whose layers take under a
+// minute even so need no measurement (many small layers are not a size problem).
 double pessimistic_case_seconds(const Case& c, int world, double share);
 
 // The ways to run a case too large for the CPU: --mode model and, where a
@@ -65,7 +68,8 @@ std::string sim_alternatives(const Case& c);
 double ranks_per_core(int ranks_on_node);
 
 // Estimates each case's CPU time at rates `r`; throws InputError (exit 2) for the
-// first case above `limit_s`, naming the estimate, the limit and the ways to go
+// first case above `limit_s` whose reference and one layer per run alone take more
+// than a minute, naming the estimate, the limit and the ways to go
 // (sim_alternatives); prints through `print` the estimate of each case expected to
 // take more than a minute. Local: the same on every rank given the same rates.
 std::vector<CpuEstimate> check_case_cpu_times(const std::vector<Case>& cases, int world, int ranks_on_node,
@@ -73,12 +77,12 @@ std::vector<CpuEstimate> check_case_cpu_times(const std::vector<Case>& cases, in
                                               const std::function<void(const std::string&)>& print);
 
 // The "--mode sim" check of every case before any runs (run_deck): measures the host
-// rates (the slowest rank's) only if some case may take more than a minute at the
-// pessimistic rate, then check_case_cpu_times, the refusal reported once for all
-// ranks. Returns each case's estimate (zero where none was needed). Collective over
-// MPI_COMM_WORLD.
+// rates (the slowest rank's, gathered within `watchdog_s` plus the probe's own time)
+// only if some case's layers may take more than a minute at the pessimistic rate, then
+// check_case_cpu_times, the refusal reported once for all ranks. Returns each case's
+// estimate (zero where none was needed). Collective over MPI_COMM_WORLD.
 std::vector<CpuEstimate> check_sim_cpu_time(const std::vector<Case>& cases, int world, int ranks_on_node,
-                                            double limit_s, Device& dev, LayerKernels& k,
+                                            double limit_s, double watchdog_s, Device& dev, LayerKernels& k,
                                             const std::function<void(const std::string&)>& print);
 
 // The deck's watchdog, widened for a long case: at least twice one layer's
@@ -87,9 +91,10 @@ std::vector<CpuEstimate> check_sim_cpu_time(const std::vector<Case>& cases, int 
 // case that needs no estimate.
 double sim_watchdog_for(double deck_watchdog_s, const CpuEstimate& e);
 
-// Progress lines of a case expected to take more than a minute (silent
-// otherwise): the dense reference and every layer, with the time spent and the
-// estimate left.
+// Progress lines of a case expected to take more than a minute, or (with no
+// estimate) once it has run for a minute; silent otherwise: the dense reference, and
+// a layer every 20 s at most, with the time spent and the estimate (or, with none,
+// the time left at the rate so far).
 class CaseProgress {
  public:
   CaseProgress(const Case& c, const CpuEstimate& e, std::function<void(const std::string&)> print);
@@ -103,7 +108,7 @@ class CaseProgress {
   int64_t layers_ = 0, layers_done_ = 0;
   int steps_ = 1, references_done_ = 0;
   std::function<void(const std::string&)> print_;
-  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point start_, last_line_;
 };
 
 }  // namespace uipc

@@ -350,7 +350,9 @@ int run_deck(const RunOptions& opt) {
   UIPC_MPI_CHECK(MPI_Comm_size(node.get(), &node_ranks));
   const std::vector<CpuEstimate> cpu_est =
       be.mode == "sim" && !model_mode
-          ? check_sim_cpu_time(todo, world, node_ranks, opt.sim_time_limit_s, *be.device, *be.kernels, print)
+          ? check_sim_cpu_time(todo, world, node_ranks, opt.sim_time_limit_s,
+                               opt.watchdog_s > 0 ? opt.watchdog_s : be.device->watchdog_seconds(), *be.device,
+                               *be.kernels, print)
           : std::vector<CpuEstimate>(todo.size());
   Provenance prov;
   prov.version = ULYSSES_GIT_REV;

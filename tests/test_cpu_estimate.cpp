@@ -51,6 +51,7 @@ TEST(CpuEstimate, FlopsOfTheLayerPartsAreExact) {
   EXPECT_DOUBLE_EQ(f.reference_attention, 4.0 * 2 * 1000 * 1000 * 8 * 64);
   // 2 transports x 3 schedules x (1 warmup + 3 iterations).
   EXPECT_EQ(f.layers, 24);
+  EXPECT_EQ(f.runs, 6);
   EXPECT_EQ(f.steps, 1);
 }
 
@@ -61,6 +62,7 @@ TEST(CpuEstimate, SecondsFollowFromFlopsAndRates) {
   EXPECT_DOUBLE_EQ(e.layer_s, layer);
   EXPECT_DOUBLE_EQ(e.reference_s, (f.reference_gemm / 1e9 + f.reference_attention / 2e9) / 2.0);
   EXPECT_DOUBLE_EQ(e.total_s, e.reference_s + 24 * layer);
+  EXPECT_DOUBLE_EQ(e.minimum_s, e.reference_s + 6 * layer);
   // Twice the rate, half the time; the watchdog covers two layers and a tenth of the reference.
   EXPECT_DOUBLE_EQ(estimate_case_cpu(f, HostRates{2e9, 4e9}, 2.0).total_s, e.total_s / 2);
   EXPECT_DOUBLE_EQ(sim_watchdog_for(60.0, e), 60.0);
@@ -88,6 +90,23 @@ TEST(CpuEstimate, ARefusalNamesModelModeAndTheTwinDeck) {
     EXPECT_NE(what.find("above the limit of 1 s (--sim-time-limit)"), std::string::npos) << what;
     EXPECT_NE(what.find("--mode model"), std::string::npos) << what;
   }
+}
+
+// Many small layers are the deck's choice: a case whose reference and one layer of
+// each run take seconds is not refused however many layers it asks for.
+TEST(CpuEstimate, ManySmallLayersAreNotRefused) {
+  Case c = sample_case();
+  c.iterations = 100000;
+  const HostRates slow{1e9, 1e9};
+  std::string printed;
+  std::vector<CpuEstimate> e;
+  ASSERT_NO_THROW(e = check_case_cpu_times({c}, 8, 8, 60.0, slow, [&](const std::string& s) { printed += s; }));
+  EXPECT_GT(e[0].total_s, 3600.0);
+  EXPECT_LT(e[0].minimum_s, 60.0);
+  EXPECT_NE(printed.find("case 'sample' is estimated at"), std::string::npos) << printed;
+  // The same case with layers a hundred times larger is refused.
+  c.seq_len = 10000;
+  EXPECT_THROW(check_case_cpu_times({c}, 8, 8, 60.0, slow, [](const std::string&) {}), InputError);
 }
 
 // Every case of every shipped deck, at every rank count it runs at, through the checks
