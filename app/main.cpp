@@ -97,6 +97,12 @@ void declare_run_options(CLI::App& app, uipc::RunOptions& o) {
   app.add_option("--watchdog", o.watchdog_s, "bound on every wait for a peer [default: the case's watchdog_s]")
       ->type_name("SECONDS")
       ->check(number_in(0, 86400));
+  app.add_option("--sim-time-limit", o.sim_time_limit_s,
+                 "simulation mode: refuse a case whose estimated CPU time is longer (the estimate measures the "
+                 "host kernels at startup)")
+      ->type_name("SECONDS")
+      ->check(number_in(1, 1e7))
+      ->capture_default_str();
   app.add_option("--cache-entries", o.cache_capacity, "IPC target cache entries")
       ->type_name("N")
       ->check(integer_in(1, 1024))

@@ -7,6 +7,7 @@
 #include "comm/device/cuda_check.hpp"
 #include "kernels/cuda_internal.hpp"
 #include "kernels/cuda_kernels.hpp"
+#include "kernels/view_reach.hpp"
 
 namespace uipc {
 namespace {
@@ -35,16 +36,19 @@ class CudaKernels : public LayerKernels {
 
   void gemm(Stream& s, const void* in, int64_t lda, const void* w, int64_t ldw, void* out, int64_t ldo, int64_t M,
             int64_t N, int64_t K, DType dtype, DType out_dtype) override {
+    check_gemm_reach(in, lda, w, ldw, out, ldo, M, N, K, dtype, out_dtype);
     if (!gemm_) gemm_ = std::make_unique<CublasLtGemm>();
     gemm_->run(native(s), in, lda, w, ldw, out, ldo, M, N, K, dtype, out_dtype);
   }
 
   void norm_rope(Stream& s, const QkView& x, DType dtype, const NormRopeParams& p) override {
+    check_norm_rope_reach(x, dtype, p);
     launch_norm_rope(native(s), x, dtype, p);
   }
 
   void attention(Stream& s, const void* q, const void* k, const void* v, void* o, int64_t batch, int64_t seq,
                  int heads, int head_dim, DType dtype, float scale) override {
+    check_attention_reach(q, k, v, o, batch, seq, heads, head_dim, dtype);
     if (want_cudnn_) {
       if (!sdpa_) sdpa_ = std::make_unique<CudnnSdpa>();
       const std::string why = sdpa_->run(native(s), q, k, v, o, batch, seq, heads, head_dim, dtype, scale);
@@ -60,11 +64,13 @@ class CudaKernels : public LayerKernels {
   }
 
   void convert_from_f32(Stream& s, const float* in, void* out, int64_t n, DType dtype) override {
+    check_convert_reach(in, out, n, dtype);
     launch_convert_from_f32(native(s), in, out, n, dtype);
   }
 
   void row_change(Stream& s, const void* now, const void* last, DType dtype, int64_t rows, int64_t row_elems,
                   double* out) override {
+    check_row_change_reach(now, last, dtype, rows, row_elems, out);
     launch_row_change(native(s), now, last, dtype, rows, row_elems, out);
   }
 

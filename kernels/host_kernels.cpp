@@ -24,6 +24,7 @@
 #include "base/error.hpp"
 #include "comm/device/host_device.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/view_reach.hpp"
 
 namespace uipc {
 namespace {
@@ -128,7 +129,8 @@ class HostKernels final : public LayerKernels {
                                                      " for M x N x K = " + dims(M, N, K));
     if (M == 0 || N == 0) return;
     UIPC_CHECK(out != nullptr && (K == 0 || (in != nullptr && w != nullptr)), "gemm null pointer");
-    host_stream(s).enqueue([=]() {
+    check_gemm_reach(in, lda, w, ldw, out, ldo, M, N, K, dtype, out_dtype);
+    host_stream(s).enqueue_kernel("gemm", [=]() {
       // w in fp32 (exact), repacked into kNR-column panels, zero-padded past N:
       // O(K*N) once per call, against the O(M*N*K) product.
       const int64_t panels = (N + kNR - 1) / kNR;
@@ -193,13 +195,15 @@ class HostKernels final : public LayerKernels {
     void* data = x.data;
     const HeadSliceOut out = x.out;
     UIPC_CHECK(out.data == nullptr ||
-                   (out.head_begin >= 0 && out.head_count >= 0 && out.head_begin + out.head_count <= heads),
+                   (out.head_begin >= 0 && out.head_count >= 0 &&
+                    static_cast<int64_t>(out.head_begin) + out.head_count <= heads),
                "norm_rope: output head slice outside the view's heads");
     const int64_t pitch = x.row_pitch, tpb = x.tokens_per_batch, pos0 = x.pos_offset;
     const float eps = p.eps, rope_theta = p.rope_theta;
     const float* gamma = p.gamma;
     const float* beta = p.beta;
-    host_stream(s).enqueue([=]() {
+    check_norm_rope_reach(x, dtype, p);
+    host_stream(s).enqueue_kernel("norm_rope", [=]() {
       // cos/sin of every (token, pair), once per call rather than once per row and head.
       const int64_t half = hd / 2;
       std::vector<float> cos_tab, sin_tab;
@@ -296,7 +300,8 @@ class HostKernels final : public LayerKernels {
     const int64_t B = batch, S = seq, H = heads, D = head_dim;
     if (B == 0 || S == 0 || H == 0 || D == 0) return;
     UIPC_CHECK(q != nullptr && k != nullptr && v != nullptr && o != nullptr, "attention null pointer");
-    host_stream(s).enqueue([=]() {
+    check_attention_reach(q, k, v, o, batch, seq, heads, head_dim, dtype);
+    host_stream(s).enqueue_kernel("attention", [=]() {
       // K as fp32 (B, H, D, S) and V as fp32 (B, H, S, D): both products of a query row
       // are then vecmat()s over contiguous rows, keys (scores) or head_dim (output)
       // in the vector lanes, each sum still in its docs/math.md order.
@@ -349,7 +354,8 @@ class HostKernels final : public LayerKernels {
     UIPC_CHECK(n >= 0, "convert_from_f32 count " + std::to_string(n));
     if (n == 0) return;
     UIPC_CHECK(in != nullptr && out != nullptr, "convert_from_f32 null pointer");
-    host_stream(s).enqueue([=]() {
+    check_convert_reach(in, out, n, dtype);
+    host_stream(s).enqueue_kernel("convert_from_f32", [=]() {
       Kokkos::parallel_for("uipc::convert_from_f32", Range(0, n),
                            [=](int64_t i) { store_from_float(dtype, out, static_cast<size_t>(i), in[i]); });
       fence();
@@ -361,7 +367,8 @@ class HostKernels final : public LayerKernels {
     UIPC_CHECK(rows >= 0 && row_elems >= 0, "row_change: negative size");
     if (rows == 0) return;
     UIPC_CHECK(now != nullptr && last != nullptr && out != nullptr, "row_change null pointer");
-    host_stream(s).enqueue([=]() {
+    check_row_change_reach(now, last, dtype, rows, row_elems, out);
+    host_stream(s).enqueue_kernel("row_change", [=]() {
       Kokkos::parallel_for("uipc::row_change", Range(0, rows), [=](int64_t r) {
         double d2 = 0, l2 = 0;
         for (int64_t e = r * row_elems; e < (r + 1) * row_elems; ++e) {

@@ -22,6 +22,7 @@
 #include "base/error.hpp"
 #include "base/rng.hpp"
 #include "comm/device/host_device.hpp"
+#include "comm/device/memory_reach.hpp"
 
 namespace uipc {
 namespace {
@@ -120,6 +121,16 @@ TEST_F(HostDeviceTest, HostStreamRejectsForeignStreams) {
   EXPECT_THROW(host_stream(foreign), RuntimeError);
   DeviceBuffer buf = dev_->alloc(64);
   EXPECT_THROW(dev_->memset(foreign, buf.get(), 0, 64), RuntimeError);
+}
+
+// A size that rounding or an off_t would wrap is an error, not a small buffer that
+// claims to be huge.
+TEST_F(HostDeviceTest, AllocationsOfImpossibleSizesAreErrors) {
+  EXPECT_THROW(dev_->alloc(SIZE_MAX), RuntimeError);
+  EXPECT_THROW(dev_->alloc(SIZE_MAX - 3), RuntimeError);
+  EXPECT_THROW(dev_->alloc(SIZE_MAX, true), RuntimeError);
+  EXPECT_THROW(dev_->alloc_fd_shareable(SIZE_MAX), RuntimeError);
+  EXPECT_TRUE(own_shm_entries().empty());
 }
 
 // --- streams
@@ -332,6 +343,158 @@ TEST_F(HostDeviceTest, DestroyingAStreamWithStuckWorkIsBounded) {
   } catch (const InputError&) {
   }
   EXPECT_LT(seconds_since(t0), 3.0);
+}
+
+// A kernel is work that ends by itself: however long a CPU takes over a full-size layer,
+// host waits count it as progress. (Issue #24: a host GEMM that ran past the watchdog
+// made synchronize() throw while it still wrote into buffers that the unwinding then
+// freed: a segfault.)
+TEST_F(HostDeviceTest, AKernelThatOutlivesTheWatchdogIsProgressNotAStuckStream) {
+  constexpr double kWatchdog = 0.2;
+  dev_->set_watchdog_seconds(kWatchdog);
+  auto a = stream();
+  auto b = stream();
+  std::atomic<int> done{0};
+  host_stream(*a).enqueue_kernel("long kernel", [&done] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // 6 watchdogs
+    done.fetch_add(1);
+  });
+  auto e = dev_->create_event();
+  e->record(*a);
+  dev_->stream_wait_event(*b, *e);
+  host_stream(*b).enqueue([&done] { done.fetch_add(10); });
+  EXPECT_NO_THROW(a->synchronize());
+  EXPECT_NO_THROW(b->synchronize());
+  EXPECT_NO_THROW(e->synchronize());
+  EXPECT_EQ(done.load(), 11);
+}
+
+// An error that unwinds past a buffer while a kernel on a stream still writes into it
+// must stay an error: the memory stays mapped until the process ends, never unmapped
+// under the kernel.
+TEST_F(HostDeviceTest, AnErrorUnwindingPastBuffersInUseDoesNotUnmapThem) {
+  dev_->set_watchdog_seconds(0.2);
+  auto s = stream();
+  std::atomic<bool> wrote{false};
+  Gate gate;  // outlives the stream's tasks
+  try {
+    DeviceBuffer buf = dev_->alloc(1 << 20, true);  // shm: a freed mapping would fault
+    auto* p = buf.as<unsigned char>();
+    host_stream(*s).enqueue(gate.task());  // a task that never moves: synchronize times out
+    host_stream(*s).enqueue_kernel("late writer", [p, &wrote] {
+      std::memset(p, 0x5a, 1 << 20);
+      wrote.store(true);
+    });
+    try {
+      s->synchronize();
+    } catch (const PeerTimeout&) {
+      gate.release();  // the kernel now runs while `buf` goes out of scope
+      throw;
+    }
+    ADD_FAILURE() << "synchronize of a stuck stream returned";
+  } catch (const PeerTimeout& err) {
+    EXPECT_NE(std::string(err.what()).find("did not drain"), std::string::npos) << err.what();
+  }
+  EXPECT_NO_THROW(s->synchronize());
+  EXPECT_TRUE(wrote.load());
+  EXPECT_TRUE(own_shm_entries().empty());  // kept mapped, but its name is gone
+}
+
+// --- reach of copies: every byte a copy touches lies in the buffer its pointer is in
+
+template <typename F>
+std::string runtime_error_of(F&& f) {
+  try {
+    f();
+  } catch (const RuntimeError& e) {
+    EXPECT_EQ(e.exit_code(), kExitRuntime);
+    return e.what();
+  }
+  ADD_FAILURE() << "no RuntimeError";
+  return "";
+}
+
+TEST_F(HostDeviceTest, ACopyPastItsDestinationOrSourceIsANamedError) {
+  auto s = stream();
+  DeviceBuffer small = dev_->alloc(64 * 10);
+  DeviceBuffer big = dev_->alloc(64 * 100);
+  // 11 rows of 64 bytes, pitch 64, into a 640-byte buffer: one row too many.
+  std::string what = runtime_error_of([&] { dev_->copy_2d(*s, small.get(), 64, big.get(), 64, 64, 11); });
+  EXPECT_NE(what.find("copy_2d: the destination reaches 704 bytes from offset 0 of a buffer of 640 bytes"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("11 rows of 64 bytes, pitch 64"), std::string::npos) << what;
+  // The same from an offset inside the buffer, and with a pitch wider than the width.
+  what = runtime_error_of([&] {
+    dev_->copy_2d(*s, big.get(), 64, static_cast<unsigned char*>(small.get()) + 128, 128, 64, 5);
+  });
+  EXPECT_NE(what.find("copy_2d: the source reaches 576 bytes from offset 128 of a buffer of 640 bytes"),
+            std::string::npos)
+      << what;
+  // Exactly to the end is fine, and so is the batch form; one byte more is not.
+  EXPECT_NO_THROW(dev_->copy_2d(*s, small.get(), 64, big.get(), 128, 64, 10));
+  std::vector<Copy2DOp> ops{{small.get(), 64, big.get(), 64, 64, 10}, {big.get(), 128, small.get(), 65, 65, 10}};
+  what = runtime_error_of([&] { dev_->copy_2d_batch(*s, ops); });
+  EXPECT_NE(what.find("copy_2d: the source reaches 650 bytes"), std::string::npos) << what;
+  EXPECT_NE(runtime_error_of([&] { dev_->memset(*s, small.get(), 0, 641); }).find("memset: the destination"),
+            std::string::npos);
+  std::vector<unsigned char> host(1024);
+  EXPECT_NE(runtime_error_of([&] { dev_->copy_to_host(host.data(), small.get(), 641); })
+                .find("synchronous copy: the source reaches 641 bytes"),
+            std::string::npos);
+  EXPECT_NO_THROW(s->synchronize());
+}
+
+// The spans are formed in 64 bits, and a span that does not fit is an error, not a
+// wrapped small number; memory the device layer did not hand out is not checked; every
+// region is forgotten when its memory goes.
+TEST_F(HostDeviceTest, ReachSpansAreSixtyFourBitAndRegionsComeAndGo) {
+  const size_t before = recorded_region_count();
+  EXPECT_EQ(span_2d("op", "view", 3, size_t{1} << 40, 8), (size_t{2} << 40) + 8);
+  EXPECT_EQ(span_2d("op", "view", 0, 64, 8), 0u);
+  EXPECT_NE(runtime_error_of([] { span_2d("op", "view", SIZE_MAX / 2, 4, 1); }).find("overflows a 64-bit byte count"),
+            std::string::npos);
+  EXPECT_NE(runtime_error_of([] { span_bytes("op", "view", SIZE_MAX / 2, 4); }).find("overflows a 64-bit byte count"),
+            std::string::npos);
+  auto s = stream();
+  {
+    DeviceBuffer empty = dev_->alloc(0);
+    DeviceBuffer buf = dev_->alloc(256);
+    EXPECT_EQ(recorded_region_count(), before + 2);
+    std::string what = runtime_error_of([&] { dev_->copy_2d(*s, empty.get(), 1, buf.get(), 1, 1, 1); });
+    EXPECT_NE(what.find("reaches 1 bytes from offset 0 of a buffer of 0 bytes"), std::string::npos) << what;
+    // Rows whose pitch times count wraps size_t: an error, whichever way it would wrap.
+    what = runtime_error_of([&] { dev_->copy_2d(*s, buf.get(), SIZE_MAX / 2, buf.get(), 16, 16, 3); });
+    EXPECT_NE(what.find("overflows a 64-bit byte count"), std::string::npos) << what;
+    // Host memory of the caller is not the device layer's to check.
+    std::vector<unsigned char> host(64);
+    EXPECT_NO_THROW(dev_->copy_2d(*s, host.data(), 64, buf.get(), 64, 64, 1));
+    s->synchronize();
+  }
+  EXPECT_EQ(recorded_region_count(), before);
+}
+
+TEST_F(HostDeviceTest, ACopyPastAPeerMappingIsANamedError) {
+  auto s = stream();
+  DeviceBuffer exported = dev_->alloc(4096, true);
+  DeviceBuffer src = dev_->alloc(8192);
+  PeerMapping peer = dev_->open_handle(dev_->export_handle(exported), 4096);
+  // A pitched copy into the mapping whose last row runs 64 bytes past it.
+  std::string what = runtime_error_of([&] { dev_->copy_2d(*s, peer.get(), 256, src.get(), 256, 128, 17); });
+  EXPECT_NE(what.find("copy_2d: the destination reaches 4224 bytes from offset 0 of a peer mapping (IPC handle) of "
+                      "4096 bytes"),
+            std::string::npos)
+      << what;
+  EXPECT_NO_THROW(dev_->copy_2d(*s, peer.get(), 256, src.get(), 256, 256, 16));
+  EXPECT_NO_THROW(s->synchronize());
+  // The same bytes through an imported descriptor.
+  DeviceBuffer shared = dev_->alloc_fd_shareable(4096);
+  PeerMapping imported = dev_->import_fd(dev_->export_fd(shared), 2048);
+  what = runtime_error_of([&] { dev_->copy_2d(*s, src.get(), 4096, imported.get(), 4096, 4096, 1); });
+  EXPECT_NE(what.find("the source reaches 4096 bytes from offset 0 of a peer mapping (descriptor) of 2048 bytes"),
+            std::string::npos)
+      << what;
+  EXPECT_NO_THROW(s->synchronize());
 }
 
 // --- events

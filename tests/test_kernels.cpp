@@ -840,4 +840,72 @@ TEST(HostKernels, RejectsInvalidArguments) {
   EXPECT_THROW(k->convert_from_f32(s, buf.data(), buf.data(), -1, DType::kBF16), Error);
 }
 
+// --- reach of views ------------------------------------------------------------------------
+
+// Each kernel checks its input and output views against the device buffers they point
+// into before anything is enqueued: a view one row (or element) too long is an error
+// naming the kernel, the operand and the sizes, and the kernel never runs.
+TEST(HostKernels, AViewPastItsBufferIsANamedErrorBeforeTheKernelRuns) {
+  auto k = make_host_kernels();
+  auto dev = make_host_device(0);
+  auto s = dev->create_stream(StreamPriority::kNormal);
+  auto expect_reach_error = [&](const std::function<void()>& call, const std::string& want) {
+    try {
+      call();
+      ADD_FAILURE() << "no error; wanted: " << want;
+    } catch (const RuntimeError& e) {
+      EXPECT_EQ(e.exit_code(), kExitRuntime);
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  const int64_t M = 8, N = 16, K = 32;
+  DeviceBuffer in = dev->alloc(M * K * 2), w = dev->alloc(K * N * 2), out = dev->alloc(M * N * 2);
+  DeviceBuffer out_short = dev->alloc(M * N * 2 - 2);
+  EXPECT_NO_THROW(k->gemm(*s, in.get(), K, w.get(), N, out.get(), N, M, N, K, DType::kBF16, DType::kBF16));
+  expect_reach_error([&] { k->gemm(*s, in.get(), K, w.get(), N, out_short.get(), N, M, N, K, DType::kBF16, DType::kBF16); },
+                     "gemm: the output view (M x N, ldo) reaches 256 bytes from offset 0 of a buffer of 254 bytes");
+  expect_reach_error([&] { k->gemm(*s, in.get(), K, w.get(), N, out.get(), N, M + 1, N, K, DType::kBF16, DType::kBF16); },
+                     "gemm: the input view (M x K, lda)");
+  expect_reach_error([&] { k->gemm(*s, in.get(), K, w.get(), N + 1, out.get(), N, M, N, K, DType::kBF16, DType::kBF16); },
+                     "gemm: the weight view (K x N, ldw)");
+  // An fp32 output where the buffer holds bf16.
+  expect_reach_error([&] { k->gemm(*s, in.get(), K, w.get(), N, out.get(), N, M, N, K, DType::kBF16, DType::kFP32); },
+                     "gemm: the output view (M x N, ldo) reaches 512 bytes");
+
+  // norm_rope: 2 heads of 4 over 3 tokens, pitch 8 (fp32) = 96 bytes; the head slice
+  // target and gamma are checked too.
+  DeviceBuffer x = dev->alloc(3 * 8 * 4), gamma = dev->alloc(4 * 4), target = dev->alloc(3 * 4 * 4);
+  NormRopeParams p;
+  p.norm = NormKind::kRmsPerHead;
+  p.gamma = gamma.as<float>();
+  EXPECT_NO_THROW(k->norm_rope(*s, QkView{x.get(), 8, 1, 3, 0, 2, 4, {}}, DType::kFP32, p));
+  expect_reach_error([&] { k->norm_rope(*s, QkView{x.get(), 9, 1, 3, 0, 2, 4, {}}, DType::kFP32, p); },
+                     "norm_rope: the view (tokens x heads*head_dim, row_pitch) reaches 104 bytes");
+  HeadSliceOut slice{target.get(), 1, 1, 5, 15};
+  expect_reach_error([&] { k->norm_rope(*s, QkView{x.get(), 8, 1, 3, 0, 2, 4, slice}, DType::kFP32, p); },
+                     "norm_rope: the output head slice (batch x tokens x heads*head_dim) reaches 56 bytes");
+  slice.row_pitch = 4;
+  EXPECT_NO_THROW(k->norm_rope(*s, QkView{x.get(), 8, 1, 3, 0, 2, 4, slice}, DType::kFP32, p));
+  p.norm = NormKind::kRmsAcrossHeads;  // gamma of heads*head_dim = 8 floats
+  expect_reach_error([&] { k->norm_rope(*s, QkView{x.get(), 8, 1, 3, 0, 2, 4, {}}, DType::kFP32, p); },
+                     "norm_rope: the gamma reaches 32 bytes from offset 0 of a buffer of 16 bytes");
+
+  // attention: B x S x H x D = 1 x 4 x 2 x 8 fp16 = 128 bytes each.
+  DeviceBuffer q = dev->alloc(128), kk = dev->alloc(128), v = dev->alloc(128), o = dev->alloc(127);
+  expect_reach_error([&] { k->attention(*s, q.get(), kk.get(), v.get(), o.get(), 1, 4, 2, 8, DType::kFP16, 1.0f); },
+                     "attention: the output (B x S x H x D) reaches 128 bytes from offset 0 of a buffer of 127 bytes");
+  expect_reach_error([&] { k->attention(*s, q.get(), kk.get(), v.get(), o.get(), 1, 5, 2, 8, DType::kFP16, 1.0f); },
+                     "attention: the Q (B x S x H x D) reaches 160 bytes");
+
+  DeviceBuffer f32 = dev->alloc(10 * 4), half = dev->alloc(10 * 2), sums = dev->alloc(2 * 5 * 8);
+  EXPECT_NO_THROW(k->convert_from_f32(*s, f32.as<float>(), half.get(), 10, DType::kBF16));
+  expect_reach_error([&] { k->convert_from_f32(*s, f32.as<float>(), half.get(), 11, DType::kBF16); },
+                     "convert_from_f32: the fp32 input reaches 44 bytes");
+  expect_reach_error([&] { k->row_change(*s, half.get(), half.get(), DType::kBF16, 6, 2, sums.as<double>()); },
+                     "row_change: the current rows reaches 24 bytes");
+  expect_reach_error([&] { k->row_change(*s, f32.get(), f32.get(), DType::kBF16, 6, 2, sums.as<double>()); },
+                     "row_change: the output (2 doubles per row) reaches 96 bytes");
+  EXPECT_NO_THROW(s->synchronize());
+}
+
 }  // namespace

@@ -96,3 +96,6 @@ set_tests_properties(slurm_jobs PROPERTIES LABELS "slurm;mpi" TIMEOUT 900 SKIP_R
 # Regenerate after an intended change: python3 tests/golden/golden.py --app build/app/ulysses-ipc --update
 add_test(NAME golden COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/golden/golden.py --app $<TARGET_FILE:ulysses-ipc>)
 set_tests_properties(golden PROPERTIES LABELS "e2e;mpi" TIMEOUT 600 ENVIRONMENT "${ULYSSES_TEST_ENV}")
+# The CPU-time estimate of simulation mode, and every shipped case through it (#24).
+ulysses_add_test(test_cpu_estimate SOURCES test_cpu_estimate.cpp LIBS ulysses_lib ${HDF5_C_LIBRARIES} LABELS unit)
+target_compile_definitions(test_cpu_estimate PRIVATE ULYSSES_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

@@ -25,6 +25,7 @@
 #include "base/error.hpp"
 #include "base/poll.hpp"
 #include "comm/device/cuda_check.hpp"
+#include "comm/device/memory_reach.hpp"
 
 namespace uipc {
 namespace {
@@ -373,6 +374,7 @@ class CudaDevice : public Device {
     UIPC_CUDA_CHECK(cudaSetDevice(ordinal_));
     void* p = nullptr;
     UIPC_CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
+    record_region(p, bytes, "buffer");
     return DeviceBuffer(this, p, bytes, nullptr);
   }
 
@@ -408,6 +410,7 @@ class CudaDevice : public Device {
       entry.ptr = p;
     }
     ++entry.refs;
+    record_region(entry.ptr, bytes, "peer mapping (IPC handle)");
     return PeerMapping(this, entry.ptr, bytes, nullptr);
   }
 
@@ -424,6 +427,7 @@ class CudaDevice : public Device {
     UIPC_CU_CHECK(vmm.create(&g.range().handle, g.range().size, &prop, 0));
     map_range(g, granule);
     const CUdeviceptr ptr = g.ptr();
+    record_region(reinterpret_cast<void*>(ptr), bytes, "descriptor-shared buffer");
     return DeviceBuffer(this, reinterpret_cast<void*>(ptr), bytes, g.take());
   }
 
@@ -454,10 +458,12 @@ class CudaDevice : public Device {
     g.range().size = round_up(std::max<size_t>(bytes, 1), granule);
     map_range(g, granule);
     const CUdeviceptr ptr = g.ptr();
+    record_region(reinterpret_cast<void*>(ptr), bytes, "peer mapping (descriptor)");
     return PeerMapping(this, reinterpret_cast<void*>(ptr), bytes, g.take());
   }
 
   void copy_to_device(void* dst, const void* src, size_t bytes) override {
+    check_reach("copy_to_device", "destination", dst, bytes);
     UIPC_CUDA_CHECK(cudaSetDevice(ordinal_));
     UIPC_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
     // From pageable memory cudaMemcpy returns once the data is staged, before the DMA
@@ -468,6 +474,7 @@ class CudaDevice : public Device {
     UIPC_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
   }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    check_reach("copy_to_host", "source", src, bytes);
     UIPC_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
   }
   size_t free_memory() const override {
@@ -512,6 +519,8 @@ class CudaDevice : public Device {
   void copy_2d(Stream& s, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width_bytes,
                size_t height) override {
     if (width_bytes == 0 || height == 0) return;
+    check_reach_2d("copy_2d", "destination", dst, height, dst_pitch, width_bytes);
+    check_reach_2d("copy_2d", "source", src, height, src_pitch, width_bytes);
     UIPC_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width_bytes, height, cudaMemcpyDefault,
                                       cuda_stream(s).get()));
   }
@@ -521,6 +530,8 @@ class CudaDevice : public Device {
     for (const Copy2DOp& o : ops) {
       if (o.width == 0 || o.height == 0) continue;
       UIPC_CHECK(o.width <= o.src_pitch && o.width <= o.dst_pitch, "copy_2d_batch: width above a pitch");
+      check_reach_2d("copy_2d_batch", "destination", o.dst, o.height, o.dst_pitch, o.width);
+      check_reach_2d("copy_2d_batch", "source", o.src, o.height, o.src_pitch, o.width);
       cudaMemcpy3DBatchOp b{};
       b.src.type = cudaMemcpyOperandTypePointer;
       b.src.op.ptr.ptr = const_cast<void*>(o.src);
@@ -545,6 +556,7 @@ class CudaDevice : public Device {
     UIPC_CUDA_CHECK(cudaMemcpy3DBatchAsync(batch.size(), batch.data(), 0, cuda_stream(s).get()));
   }
   void memset(Stream& s, void* dst, int byte, size_t bytes) override {
+    check_reach("memset", "destination", dst, bytes);
     UIPC_CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, cuda_stream(s).get()));
   }
 
@@ -570,6 +582,7 @@ class CudaDevice : public Device {
 
   void free_buffer(void* ptr, size_t bytes, void* impl) override {
     (void)bytes;
+    forget_region(ptr);
     if (release_if_vmm(ptr, impl)) return;
     {
       auto& reg = ipc_registry();
@@ -584,12 +597,16 @@ class CudaDevice : public Device {
   void close_mapping(void* ptr, size_t bytes, void* impl) override {
     (void)bytes;
     if (impl == &g_self_mapping_tag) return;  // our own buffer: freed by its DeviceBuffer
-    if (release_if_vmm(ptr, impl)) return;
+    if (release_if_vmm(ptr, impl)) {
+      forget_region(ptr);
+      return;
+    }
     auto& reg = ipc_registry();
     std::lock_guard<std::mutex> lock(reg.m);
     for (auto it = reg.opened.begin(); it != reg.opened.end(); ++it) {
       if (it->second.ptr != ptr) continue;
       if (--it->second.refs == 0) {
+        forget_region(ptr);
         cudaError_t e = cudaIpcCloseMemHandle(ptr);
         if (e != cudaSuccess) report_release_failure("cudaIpcCloseMemHandle", cudaGetErrorString(e));
         reg.opened.erase(it);

@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -27,8 +28,10 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "base/error.hpp"
+#include "comm/device/memory_reach.hpp"
 
 namespace uipc {
 namespace {
@@ -215,8 +218,10 @@ void check_word_address(const void* addr, const char* op) {
 
 // One unit of stream work. `skip` runs instead of `run` when the stream has failed or is
 // being torn down, so that completion records can be marked failed rather than done.
-// `bounded` marks the waits that end by themselves within their watchdog (success or
-// PeerTimeout): host-side waits behind one let it report its own, precise timeout.
+// `bounded` marks work that ends by itself: kernels and copies (however long a CPU takes
+// over a full-size layer), and the waits that end within their own watchdog (success or
+// PeerTimeout). A host wait counts such a task as progress, so only a task that may never
+// return (a plain enqueue) can run a host wait into its watchdog.
 struct Task {
   std::function<void()> run;
   std::function<void(const std::exception_ptr&)> skip;
@@ -364,6 +369,11 @@ class HostStreamImpl final : public HostStream {
   void enqueue(std::function<void()> task) override {
     UIPC_CHECK(task != nullptr, "HostStream::enqueue: empty task");
     submit(Task{std::move(task), nullptr, "host task"});
+  }
+
+  void enqueue_kernel(const char* what, std::function<void()> task) override {
+    UIPC_CHECK(task != nullptr, "HostStream::enqueue_kernel: empty task");
+    submit(Task{std::move(task), nullptr, what, true});
   }
 
   void submit(Task task) {
@@ -584,10 +594,13 @@ class HostDevice final : public Device {
     int err = errno;
     close(fd);
     UIPC_CHECK(ptr != MAP_FAILED, std::string("open_handle: mmap of ") + name + " failed: " + errno_text(err));
+    record_region(ptr, bytes, "peer mapping (IPC handle)");
     return PeerMapping(this, ptr, bytes, nullptr);
   }
 
   DeviceBuffer alloc_fd_shareable(size_t bytes) override {
+    UIPC_CHECK(bytes <= static_cast<size_t>(INT64_MAX),
+               "alloc_fd_shareable: " + std::to_string(bytes) + " bytes is not a size");
     auto seg = std::make_unique<MemfdSegment>();
     seg->mapped_bytes = std::max<size_t>(bytes, 1);
     seg->fd = memfd_create("uipc-vmm", MFD_CLOEXEC);
@@ -604,6 +617,7 @@ class HostDevice final : public Device {
     if (rc != 0) fail("posix_fallocate", rc);
     void* ptr = mmap(nullptr, seg->mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, seg->fd, 0);
     if (ptr == MAP_FAILED) fail("mmap", errno);
+    record_region(ptr, bytes, "descriptor-shared buffer");
     return DeviceBuffer(this, ptr, bytes, seg.release());  // a fresh memfd reads as zeros
   }
 
@@ -631,6 +645,7 @@ class HostDevice final : public Device {
     int err = errno;
     close(fd);  // the mapping keeps the memory
     UIPC_CHECK(ptr != MAP_FAILED, "import_fd: mmap failed: " + errno_text(err));
+    record_region(ptr, bytes, "peer mapping (descriptor)");
     return PeerMapping(this, ptr, bytes, nullptr);
   }
 
@@ -650,7 +665,12 @@ class HostDevice final : public Device {
   }
 
   std::unique_ptr<Stream> create_stream(StreamPriority p) override {
-    return std::make_unique<HostStreamImpl>(*this, next_stream_id_.fetch_add(1) + 1, p);
+    auto stream = std::make_unique<HostStreamImpl>(*this, next_stream_id_.fetch_add(1) + 1, p);
+    std::lock_guard<std::mutex> lk(streams_mu_);
+    streams_.erase(std::remove_if(streams_.begin(), streams_.end(), [](const auto& w) { return w.expired(); }),
+                   streams_.end());
+    streams_.push_back(stream->state());
+    return stream;
   }
 
   std::unique_ptr<Event> create_event() override { return std::make_unique<HostEvent>(*this); }
@@ -705,6 +725,8 @@ class HostDevice final : public Device {
                                              " exceeds the source pitch " + std::to_string(src_pitch));
     bool empty = width_bytes == 0 || height == 0;
     UIPC_CHECK(empty || (dst != nullptr && src != nullptr), "copy_2d: null pointer");
+    check_reach_2d("copy_2d", "destination", dst, height, dst_pitch, width_bytes);
+    check_reach_2d("copy_2d", "source", src, height, src_pitch, width_bytes);
     impl_of(s).submit(Task{[=] {
                              if (empty) return;
                              auto* d = static_cast<unsigned char*>(dst);
@@ -712,15 +734,16 @@ class HostDevice final : public Device {
                              for (size_t row = 0; row < height; ++row)
                                std::memcpy(d + row * dst_pitch, from + row * src_pitch, width_bytes);
                            },
-                           nullptr, "copy_2d"});
+                           nullptr, "copy_2d", true});
   }
 
   void memset(Stream& s, void* dst, int byte, size_t bytes) override {
     UIPC_CHECK(bytes == 0 || dst != nullptr, "memset: null pointer");
+    check_reach("memset", "destination", dst, bytes);
     impl_of(s).submit(Task{[=] {
                              if (bytes) std::memset(dst, byte, bytes);
                            },
-                           nullptr, "memset"});
+                           nullptr, "memset", true});
   }
 
   void write_value64(Stream& s, uint64_t* addr, uint64_t v) override {
@@ -772,6 +795,16 @@ class HostDevice final : public Device {
   }
 
   void free_buffer(void* ptr, size_t /*bytes*/, void* impl) override {
+    forget_region(ptr);
+    if (work_may_still_use_memory()) {
+      // Keep the memory mapped (the process is ending on the error), but leave no name.
+      if (impl && segment_magic(impl) == kShmSegmentMagic) {
+        auto* seg = static_cast<ShmSegment*>(impl);
+        if (!seg->sealed) unlink_owned_name(seg->name, seg->slot);
+        seg->sealed = true;
+      }
+      return;
+    }
     if (!impl) {
       std::free(ptr);
       return;
@@ -796,6 +829,8 @@ class HostDevice final : public Device {
   }
 
   void close_mapping(void* ptr, size_t bytes, void* /*impl*/) override {
+    forget_region(ptr);
+    if (work_may_still_use_memory()) return;
     if (ptr) munmap(ptr, std::max<size_t>(bytes, 1));
   }
 
@@ -811,24 +846,30 @@ class HostDevice final : public Device {
 
  private:
   DeviceBuffer alloc_private(size_t bytes) {
+    // Rounding up must not wrap a huge request to a small allocation.
+    UIPC_CHECK(bytes <= SIZE_MAX - kHostAlignment, "alloc: " + std::to_string(bytes) + " bytes is not a size");
     size_t rounded = (std::max<size_t>(bytes, 1) + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
     if (untouched_) {
       auto seg = std::make_unique<UntouchedSegment>();
       seg->mapped_bytes = rounded;
       void* ptr = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       UIPC_CHECK(ptr != MAP_FAILED, "alloc: mmap of " + std::to_string(bytes) + " untouched bytes failed: " + errno_text(errno));
+      record_region(ptr, bytes, "buffer");
       return DeviceBuffer(this, ptr, bytes, seg.release());  // fresh anonymous pages read as zeros
     }
     void* ptr = nullptr;
     int rc = posix_memalign(&ptr, kHostAlignment, rounded);
     UIPC_CHECK(rc == 0, "alloc: posix_memalign of " + std::to_string(bytes) + " bytes failed: " + errno_text(rc));
     std::memset(ptr, 0, rounded);  // device memory of the host device starts zeroed
+    record_region(ptr, bytes, "buffer");
     return DeviceBuffer(this, ptr, bytes, nullptr);
   }
 
   DeviceBuffer alloc_shared(size_t bytes) {
     auto seg = std::make_unique<ShmSegment>();
     seg->mapped_bytes = std::max<size_t>(bytes, 1);
+    // ftruncate and posix_fallocate take an off_t: a larger size would turn negative.
+    UIPC_CHECK(bytes <= static_cast<size_t>(INT64_MAX), "alloc: " + std::to_string(bytes) + " bytes is not a size");
     int fd = -1;
     // A name left by a crashed process that had our pid (pids get reused) is stepped
     // over, never adopted: O_EXCL guarantees the segment is ours.
@@ -863,7 +904,25 @@ class HostDevice final : public Device {
     void* ptr = mmap(nullptr, seg->mapped_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (ptr == MAP_FAILED) fail("mmap", errno);
     close(fd);  // the mapping keeps the segment
+    record_region(ptr, bytes, "exported buffer");
     return DeviceBuffer(this, ptr, bytes, seg.release());
+  }
+
+  // Whether freeing memory now could pull it from under running work: an error unwinds
+  // past buffers while a stream of this device still runs a task (a kernel that outlived
+  // a host wait, or a worker abandoned at teardown). Then the memory stays mapped, as the
+  // process is ending on that error; unmapping it would turn the error into a segfault on
+  // the worker. Outside an error, memory is freed as before.
+  bool work_may_still_use_memory() {
+    if (std::uncaught_exceptions() == 0) return false;
+    std::lock_guard<std::mutex> lk(streams_mu_);
+    for (const auto& w : streams_) {
+      auto st = w.lock();  // the worker keeps an abandoned stream's state alive
+      if (!st) continue;
+      std::lock_guard<std::mutex> slk(st->mu);
+      if (st->running || !st->queue.empty()) return true;
+    }
+    return false;
   }
 
   static ShmSegment& segment_of(const DeviceBuffer& buf, const char* op) {
@@ -876,12 +935,16 @@ class HostDevice final : public Device {
   static void copy_sync(void* dst, const void* src, size_t bytes) {
     if (bytes == 0) return;
     UIPC_CHECK(dst != nullptr && src != nullptr, "synchronous copy: null pointer");
+    check_reach("synchronous copy", "destination", dst, bytes);
+    check_reach("synchronous copy", "source", src, bytes);
     std::memcpy(dst, src, bytes);
   }
 
   int rank_;
   bool untouched_;  // memory is not reserved or touched up front (--mode model)
   std::atomic<int> next_stream_id_{0};
+  std::mutex streams_mu_;
+  std::vector<std::weak_ptr<StreamState>> streams_;  // of every stream made, while it lives
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "comm/device/device.hpp"
 
@@ -17,6 +18,15 @@ class HostStream : public Stream {
   // Runs `task` on the stream's worker, in order. An exception thrown by a task fails
   // the stream: later tasks are skipped and synchronize() rethrows it.
   virtual void enqueue(std::function<void()> task) = 0;
+  // The same for a kernel: work that ends by itself, however long it runs (a full-size
+  // layer on a CPU takes minutes). Host waits count a running kernel as progress, as the
+  // watchdog is for peers that never arrive; a plain enqueue()d task that stops moving for
+  // the watchdog's time is taken as stuck. `what` names it in messages. The default
+  // (test streams) is a plain enqueue.
+  virtual void enqueue_kernel(const char* what, std::function<void()> task) {
+    (void)what;
+    enqueue(std::move(task));
+  }
 };
 
 // The HostStream behind a Stream of the host device (throws if it is not one).

@@ -18,6 +18,7 @@
 #include "base/error.hpp"
 #include "comm/bootstrap.hpp"
 #include "comm/transport/transports.hpp"
+#include "lib/run/cpu_estimate.hpp"
 #include "lib/run/layer_data.hpp"
 #include "lib/run/layout.hpp"
 #include "lib/run/parity.hpp"
@@ -108,9 +109,10 @@ PipelineOptions pipeline_options(const std::string& ablation) {
 // made from, its data, and per denoising step this rank's input rows and its rows of
 // the dense reference (none in --mode model). Members are released in reverse order.
 struct OpenCase {
-  OpenCase(const DeckRun& dr, const Case& c);
+  OpenCase(const DeckRun& dr, const Case& c, CaseProgress& progress);
 
   const Case& c;
+  CaseProgress& progress;  // a long simulated case's progress lines
   const RunShape shape;
   const Layout l;
   MpiComm ucomm, tcomm;
@@ -144,8 +146,9 @@ TransportSetup transport_setup(const DeckRun& dr, const Case& c, const OpenCase&
   return setup;
 }
 
-OpenCase::OpenCase(const DeckRun& dr, const Case& c)
+OpenCase::OpenCase(const DeckRun& dr, const Case& c, CaseProgress& progress)
     : c(c),
+      progress(progress),
       shape(run_shape(c, dr.mode)),
       l(make_layout(c, dr.world, dr.rank)),
       ucomm(split_comm(MPI_COMM_WORLD, l.ulysses_group(), dr.rank)),
@@ -169,6 +172,7 @@ OpenCase::OpenCase(const DeckRun& dr, const Case& c)
     std::vector<float> full;
     set_activity("computing the dense reference");
     if (dr.rank == 0) full = dense_reference(*dr.be.device, *dr.be.kernels, c, dr.compute, t);
+    progress.reference_done();
     set_activity("distributing the reference");
     refs[static_cast<size_t>(t)] = distribute_reference(full, c, l, 20 * wd);
     if (t == 0) full_ref = std::move(full);
@@ -277,6 +281,7 @@ void time_step(RunInProgress& run, int rep, int t) {
     set_activity("starting a warmup layer");
     run.pipe.enqueue_layer();
     dr.compute.synchronize();
+    run.oc.progress.layer_done();
     count_first_layer();
   }
   std::vector<LayerTiming> times;
@@ -290,6 +295,7 @@ void time_step(RunInProgress& run, int rep, int t) {
     set_activity("starting a timed layer");
     run.pipe.enqueue_layer();
     dr.compute.synchronize();
+    run.oc.progress.layer_done();
     times.push_back(run.pipe.last_timing());
     count_first_layer();
   }
@@ -306,6 +312,7 @@ void check_step(RunInProgress& run, int t) {
   const Case& c = oc.c;
   const size_t ts = static_cast<size_t>(t);
   if (t == oc.shape.steps - 1) corrupt_output_for_tests(*dr.be.device, run.pipe.output(), c.dtype, dr.rank);
+  if (t == oc.shape.steps - 1) overreach_for_tests(*dr.be.device, dr.compute, run.pipe.output(), dr.rank);
   set_activity("checking parity");
   const Parity p = check_parity(*dr.be.device, run.pipe.output(), c.dtype, oc.refs[ts], oc.wd);
   run.rr.step_max_abs[ts] = p.max_abs;
@@ -538,9 +545,10 @@ void add_dump(const Case& c, const std::vector<float>& full_ref, CaseResult& cr)
 
 }  // namespace
 
-CaseResult run_case(const DeckRun& dr, const Case& c, bool* all_pass) {
-  dr.be.device->set_watchdog_seconds(dr.opt.watchdog_s > 0 ? dr.opt.watchdog_s : c.watchdog_s);
-  OpenCase oc(dr, c);
+CaseResult run_case(const DeckRun& dr, const Case& c, const CpuEstimate& est, bool* all_pass) {
+  dr.be.device->set_watchdog_seconds(dr.opt.watchdog_s > 0 ? dr.opt.watchdog_s : sim_watchdog_for(c.watchdog_s, est));
+  CaseProgress progress(c, est, [&dr](const std::string& line) { dr.out.line("%s", line.c_str()); });
+  OpenCase oc(dr, c, progress);
   CaseResult cr;
   cr.spec = c;
   for (const auto& tname : c.transports)

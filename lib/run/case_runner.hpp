@@ -9,6 +9,7 @@
 #include "lib/report/report.hpp"
 #include "lib/run/backend.hpp"
 #include "lib/run/console.hpp"
+#include "lib/run/cpu_estimate.hpp"
 #include "lib/run/run.hpp"
 #include "lib/run/run_shape.hpp"
 #include "model/machine.hpp"
@@ -30,6 +31,7 @@ struct DeckRun {
 
 // Runs case `c` on every rank; returns its results (complete on rank 0). Clears
 // *all_pass when a run fails its parity. Collective over MPI_COMM_WORLD.
-CaseResult run_case(const DeckRun& dr, const Case& c, bool* all_pass);
+// `est` (simulation mode; empty elsewhere) widens the watchdog and drives progress lines.
+CaseResult run_case(const DeckRun& dr, const Case& c, const CpuEstimate& est, bool* all_pass);
 
 }  // namespace uipc

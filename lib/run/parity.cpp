@@ -121,4 +121,16 @@ void corrupt_output_for_tests(Device& dev, const DeviceBuffer& y, DType t, int r
   dev.copy_to_device(y.get(), e, dtype_size(t));
 }
 
+// Test hook: a rank named by this variable issues a copy of two rows, each more than half
+// its output buffer, so tests can see the device layer's reach check end the run on that
+// rank (exit 3, no report) instead of a copy past the buffer.
+constexpr const char* kOverreachRankEnv = "ULYSSES_TEST_OVERREACH_RANK";
+
+void overreach_for_tests(Device& dev, Stream& s, const DeviceBuffer& y, int rank) {
+  const char* v = std::getenv(kOverreachRankEnv);
+  if (!v || !*v || std::atoi(v) != rank) return;
+  const size_t row = y.bytes() / 2 + 1;
+  dev.copy_2d(s, y.get(), row, y.get(), row, row, 2);
+}
+
 }  // namespace uipc

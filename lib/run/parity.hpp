@@ -33,5 +33,7 @@ std::vector<float> output_values(Device& dev, const DeviceBuffer& y, DType t, si
 
 // Test hook (ULYSSES_TEST_CORRUPT_RANK=R): rank R spoils its first output element.
 void corrupt_output_for_tests(Device& dev, const DeviceBuffer& y, DType t, int rank);
+// Test hook (ULYSSES_TEST_OVERREACH_RANK): a copy past the output buffer on that rank.
+void overreach_for_tests(Device& dev, Stream& s, const DeviceBuffer& y, int rank);
 
 }  // namespace uipc

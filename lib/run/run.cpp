@@ -16,6 +16,7 @@
 #include "comm/bootstrap.hpp"
 #include "comm/nodes.hpp"
 #include "lib/run/case_runner.hpp"
+#include "lib/run/cpu_estimate.hpp"
 #include "lib/run/layout.hpp"
 #include "lib/deck/deck_wire.hpp"
 #include "lib/report/report.hpp"
@@ -144,10 +145,26 @@ void check_memory(const std::vector<Case>& todo, const Backend& be, bool model_m
                       be.mode == "gpu" ? ("device memory on rank " + std::to_string(rank)).c_str()
                                        : "host memory on this node (simulation: all its ranks together)",
                       have / (1 << 30));
-        throw InputError(buf + std::string(": fewer tokens, more ranks, or --case to run the others"));
+        throw InputError(buf + std::string(": fewer tokens, more ranks, or --case to run the others; or ") +
+                         sim_alternatives(c));
       }
     });
   }
+}
+
+// Simulation: every case's CPU time too (lib/run/cpu_estimate); a case too long for the
+// CPU is refused before anything runs. Elsewhere no estimate (empty ones).
+std::vector<CpuEstimate> check_cpu_time(const std::vector<Case>& todo, const Backend& be, Mode mode,
+                                        const RunOptions& opt, int world, const Printer& out) {
+  if (mode != Mode::kSim) return std::vector<CpuEstimate>(todo.size());
+  MPI_Comm node_raw;
+  UIPC_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_raw));
+  MpiComm node(node_raw);
+  int node_ranks = 1;
+  UIPC_MPI_CHECK(MPI_Comm_size(node.get(), &node_ranks));
+  return check_sim_cpu_time(todo, world, node_ranks, opt.sim_time_limit_s,
+                            opt.watchdog_s > 0 ? opt.watchdog_s : be.device->watchdog_seconds(), *be.device,
+                            *be.kernels, [&out](const std::string& line) { out.line("%s", line.c_str()); });
 }
 
 // What the report says of where and how it was made.
@@ -192,6 +209,7 @@ int run_deck(const RunOptions& opt) {
                    [&] { nodes = discover_nodes(MPI_COMM_WORLD, opt.ranks_per_node, be.device->watchdog_seconds()); });
   const MachineChoice mc = load_run_machine(opt, mode == Mode::kModel);
   check_memory(plan.todo, be, mode == Mode::kModel, world, rank);
+  const std::vector<CpuEstimate> cpu_est = check_cpu_time(plan.todo, be, mode, opt, world, out);
   const Provenance prov = gather_provenance(opt, be, nodes, world);
   out.line("ulysses-ipc %s: %d rank(s), mode %s, deck %s (%zu case(s) to run)\n", ULYSSES_GIT_REV, world,
            be.mode.c_str(), opt.deck_path.c_str(), plan.todo.size());
@@ -204,7 +222,7 @@ int run_deck(const RunOptions& opt) {
                    world, rank};
   for (size_t ci = 0; ci < plan.todo.size(); ++ci) {
     const auto t_case = std::chrono::steady_clock::now();
-    results.push_back(run_case(dr, plan.todo[ci], &all_pass));
+    results.push_back(run_case(dr, plan.todo[ci], cpu_est[ci], &all_pass));
     const double case_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_case).count();
     const double per_case = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count() / (ci + 1);
     out.line("[%zu/%zu] %s done in %.1f s, about %.0f s left\n", ci + 1, plan.todo.size(), plan.todo[ci].name.c_str(),

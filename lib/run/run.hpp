@@ -17,6 +17,7 @@ struct RunOptions {
   bool dump = false;                   // store inputs, weights and outputs in the report
   bool quiet = false;
   double watchdog_s = 0;               // > 0 overrides the deck's watchdog_s
+  double sim_time_limit_s = 1800;      // simulation: a case estimated to take longer is refused
   int cache_capacity = 12;             // IPC target cache entries
   int ranks_per_node = 0;              // > 0: declare nodes of this many consecutive ranks
   int hier_chunks = 4;                 // token chunks per batch of the hier transport's pipeline

@@ -83,3 +83,15 @@ def test_slurm_world_check_refuses_only_a_world_of_one(app, run, tmp_path):
     p = run(2, DEFAULT, "-o", str(tmp_path / "b.h5"), "--case", "small-bf16", timeout=120,
             env={"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "1", "SLURM_NTASKS": "1"})
     assert p.returncode == 0, p.stderr
+
+
+def test_a_copy_past_its_buffer_is_3_and_names_the_op(run, tmp_path):
+    """Rank 1 issues a copy reaching past its output buffer (a test hook): the device
+    layer's reach check refuses it before any byte moves, the run ends with 3 and no report,
+    the message naming the op, the operand and the sizes (issue #24: never a segfault)."""
+    p = run(2, DEFAULT, "-o", str(tmp_path / "r.h5"), "--case", "small-bf16",
+            env={"ULYSSES_TEST_OVERREACH_RANK": "1"}, timeout=120)
+    assert p.returncode == 3, p.stderr + p.stdout
+    assert "ulysses-ipc: error on rank 1:" in p.stderr, p.stderr
+    assert "copy_2d: the destination reaches" in p.stderr and "bytes past its end" in p.stderr, p.stderr
+    assert not (tmp_path / "r.h5").exists()
