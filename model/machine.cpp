@@ -105,24 +105,51 @@ std::string fmt(double v) {
   return s.str();
 }
 
-}  // namespace
-
-Machine parse_machine(const std::string& json_text, const std::string& where) {
-  json j;
-  try {
-    j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    bad(where, std::string("not valid JSON: ") + e.what());
+// One parameter of the file: value, unit, source and physical range (and the fit's box
+// inside that range, for a free one).
+Param parse_parameter(const json& ps, const ParamSpec& s, const std::string& where) {
+  const std::string f = std::string("parameters.") + s.name;
+  if (!ps.contains(s.name)) bad(where, "missing parameter '" + std::string(s.name) + "' (" + s.meaning + ")");
+  const json& pj = ps[s.name];
+  if (!pj.is_object()) bad(where, f + ": must be an object {\"value\": ..., \"source\": ...}");
+  only_keys(pj, where + ": " + f, {"value", "unit", "source", "range", "range_source", "fit"});
+  for (const char* k : {"value", "unit", "source", "range", "range_source"})
+    if (!pj.contains(k))
+      bad(where, f + ": needs a value, its unit, its source, its physical range [lo, hi] and the range's source (" +
+                     k + " missing)");
+  Param p;
+  p.value = number(pj["value"], where, f + ".value");
+  p.source = text(pj["source"], where, f + ".source");
+  if (p.source.empty()) bad(where, f + ".source: say where the value comes from");
+  if (text(pj["unit"], where, f + ".unit") != s.unit)
+    bad(where, f + ".unit: is '" + pj["unit"].get<std::string>() + "', expected '" + s.unit + "'");
+  const json& rg = pj["range"];
+  if (!rg.is_array() || rg.size() != 2) bad(where, f + ".range: must be [lo, hi]");
+  p.range_lo = number(rg[0], where, f + ".range[0]");
+  p.range_hi = number(rg[1], where, f + ".range[1]");
+  p.range_source = text(pj["range_source"], where, f + ".range_source");
+  if (p.range_source.empty()) bad(where, f + ".range_source: say where the physical range comes from");
+  if (!(p.range_lo <= p.range_hi) || p.range_lo < s.min || p.range_hi > s.max)
+    bad(where, f + ".range: [" + fmt(p.range_lo) + ", " + fmt(p.range_hi) + "] must be ordered and lie in [" +
+                   fmt(s.min) + ", " + fmt(s.max) + "] " + s.unit);
+  if (p.value < p.range_lo || p.value > p.range_hi)
+    bad(where, f + ".value: " + fmt(p.value) + " " + s.unit + " is outside its physical range [" + fmt(p.range_lo) +
+                   ", " + fmt(p.range_hi) + "] " + s.unit + " (" + p.range_source + ")");
+  if (pj.contains("fit")) {
+    const json& r = pj["fit"];
+    if (!r.is_array() || r.size() != 2) bad(where, f + ".fit: must be [lo, hi]");
+    p.free = true;
+    p.lo = number(r[0], where, f + ".fit[0]");
+    p.hi = number(r[1], where, f + ".fit[1]");
+    if (!(p.lo <= p.value && p.value <= p.hi) || p.lo < p.range_lo || p.hi > p.range_hi)
+      bad(where, f + ".fit: [" + fmt(p.lo) + ", " + fmt(p.hi) + "] must hold the value and lie in the physical range [" +
+                     fmt(p.range_lo) + ", " + fmt(p.range_hi) + "] " + s.unit);
   }
-  if (!j.is_object()) bad(where, "must be a JSON object");
-  only_keys(j, where, {"name", "description", "topology", "parameters", "attention_profile", "norm_rope_profile"});
-  Machine m;
-  for (const char* f : {"name", "topology", "parameters", "attention_profile"})
-    if (!j.contains(f)) bad(where, std::string("missing field '") + f + "'");
-  m.name = text(j["name"], where, "name");
-  if (m.name.empty()) bad(where, "name: must not be empty");
-  if (j.contains("description")) m.description = text(j["description"], where, "description");
+  return p;
+}
 
+// The machine's shape: GPUs per node and nodes.
+void parse_topology(const json& j, const std::string& where, Machine& m) {
   const json& topo = j["topology"];
   if (!topo.is_object()) bad(where, "topology: must be an object");
   only_keys(topo, where + ": topology", {"gpus_per_node", "nodes"});
@@ -130,53 +157,21 @@ Machine parse_machine(const std::string& json_text, const std::string& where) {
   m.gpus_per_node = static_cast<int>(whole(topo["gpus_per_node"], where, "topology.gpus_per_node", 1, 1024));
   m.nodes = static_cast<int>(whole(topo["nodes"], where, "topology.nodes", 1, 65536));
 
+}
+
+// Every parameter of parameter_specs(), and no other.
+void parse_parameters(const json& j, const std::string& where, Machine& m) {
   const json& ps = j["parameters"];
   if (!ps.is_object()) bad(where, "parameters: must be an object");
   std::set<std::string> known;
   for (const auto& s : parameter_specs()) known.insert(s.name);
   for (auto it = ps.begin(); it != ps.end(); ++it)
     if (!known.count(it.key())) bad(where, "parameters: unknown parameter '" + it.key() + "'");
-  for (const ParamSpec& s : parameter_specs()) {
-    const std::string f = std::string("parameters.") + s.name;
-    if (!ps.contains(s.name)) bad(where, "missing parameter '" + std::string(s.name) + "' (" + s.meaning + ")");
-    const json& pj = ps[s.name];
-    if (!pj.is_object()) bad(where, f + ": must be an object {\"value\": ..., \"source\": ...}");
-    only_keys(pj, where + ": " + f, {"value", "unit", "source", "range", "range_source", "fit"});
-    for (const char* k : {"value", "unit", "source", "range", "range_source"})
-      if (!pj.contains(k))
-        bad(where, f + ": needs a value, its unit, its source, its physical range [lo, hi] and the range's source (" +
-                       k + " missing)");
-    Param p;
-    p.value = number(pj["value"], where, f + ".value");
-    p.source = text(pj["source"], where, f + ".source");
-    if (p.source.empty()) bad(where, f + ".source: say where the value comes from");
-    if (text(pj["unit"], where, f + ".unit") != s.unit)
-      bad(where, f + ".unit: is '" + pj["unit"].get<std::string>() + "', expected '" + s.unit + "'");
-    const json& rg = pj["range"];
-    if (!rg.is_array() || rg.size() != 2) bad(where, f + ".range: must be [lo, hi]");
-    p.range_lo = number(rg[0], where, f + ".range[0]");
-    p.range_hi = number(rg[1], where, f + ".range[1]");
-    p.range_source = text(pj["range_source"], where, f + ".range_source");
-    if (p.range_source.empty()) bad(where, f + ".range_source: say where the physical range comes from");
-    if (!(p.range_lo <= p.range_hi) || p.range_lo < s.min || p.range_hi > s.max)
-      bad(where, f + ".range: [" + fmt(p.range_lo) + ", " + fmt(p.range_hi) + "] must be ordered and lie in [" +
-                     fmt(s.min) + ", " + fmt(s.max) + "] " + s.unit);
-    if (p.value < p.range_lo || p.value > p.range_hi)
-      bad(where, f + ".value: " + fmt(p.value) + " " + s.unit + " is outside its physical range [" + fmt(p.range_lo) +
-                     ", " + fmt(p.range_hi) + "] " + s.unit + " (" + p.range_source + ")");
-    if (pj.contains("fit")) {
-      const json& r = pj["fit"];
-      if (!r.is_array() || r.size() != 2) bad(where, f + ".fit: must be [lo, hi]");
-      p.free = true;
-      p.lo = number(r[0], where, f + ".fit[0]");
-      p.hi = number(r[1], where, f + ".fit[1]");
-      if (!(p.lo <= p.value && p.value <= p.hi) || p.lo < p.range_lo || p.hi > p.range_hi)
-        bad(where, f + ".fit: [" + fmt(p.lo) + ", " + fmt(p.hi) + "] must hold the value and lie in the physical range [" +
-                       fmt(p.range_lo) + ", " + fmt(p.range_hi) + "] " + s.unit);
-    }
-    m.params[s.name] = p;
-  }
+  for (const ParamSpec& s : parameter_specs()) m.params[s.name] = parse_parameter(ps, s, where);
+}
 
+// The measured attention rates the model interpolates between.
+void parse_attention_profile(const json& j, const std::string& where, Machine& m) {
   const json& att = j["attention_profile"];
   if (!att.is_array() || att.empty()) bad(where, "attention_profile: must be a non-empty array of measured points");
   for (size_t i = 0; i < att.size(); ++i) {
@@ -198,34 +193,61 @@ Machine parse_machine(const std::string& json_text, const std::string& where) {
     m.attention.push_back(pt);
   }
 
-  if (j.contains("norm_rope_profile")) {
-    const json& nr = j["norm_rope_profile"];
-    if (!nr.is_array()) bad(where, "norm_rope_profile: must be an array of measured points");
-    for (size_t i = 0; i < nr.size(); ++i) {
-      const std::string f = "norm_rope_profile[" + std::to_string(i) + "]";
-      const json& a = nr[i];
-      if (!a.is_object()) bad(where, f + ": must be an object");
-      only_keys(a, where + ": " + f, {"norm", "dtype", "head_dim", "gbs", "source"});
-      for (const char* k : {"norm", "dtype", "head_dim", "gbs", "source"})
-        if (!a.contains(k)) bad(where, f + ": missing '" + k + "'");
-      NormRopePoint pt;
-      pt.norm = text(a["norm"], where, f + ".norm");
-      pt.dtype = text(a["dtype"], where, f + ".dtype");
-      if (std::find(std::begin(kNormKindNames), std::end(kNormKindNames), pt.norm) == std::end(kNormKindNames))
-        bad(where, f + ".norm: '" + pt.norm + "' is not none, rms, rms_across_heads or layer");
-      if (std::find(std::begin(kDTypeNames), std::end(kDTypeNames), pt.dtype) == std::end(kDTypeNames))
-        bad(where, f + ".dtype: '" + pt.dtype + "' is not bf16, fp16 or fp32");
-      pt.head_dim = static_cast<int>(whole(a["head_dim"], where, f + ".head_dim", 1, 1024));
-      pt.gbs = number(a["gbs"], where, f + ".gbs");
-      const Param& hbm = m.params.at("hbm_gbs");
-      if (!(pt.gbs > 0) || pt.gbs > hbm.range_hi)
-        bad(where, f + ".gbs: " + fmt(pt.gbs) + " GB/s is outside its physical range (0, " + fmt(hbm.range_hi) +
-                       "] GB/s (hbm_gbs' range: read + write cannot exceed HBM)");
-      pt.source = text(a["source"], where, f + ".source");
-      if (pt.source.empty()) bad(where, f + ".source: say where the rate comes from");
-      m.norm_rope.push_back(pt);
-    }
+}
+
+// The measured norm+RoPE rates by kind, dtype and head_dim (optional), each bounded by HBM.
+void parse_norm_rope_profile(const json& j, const std::string& where, Machine& m) {
+  if (!j.contains("norm_rope_profile")) return;
+  const json& nr = j["norm_rope_profile"];
+  if (!nr.is_array()) bad(where, "norm_rope_profile: must be an array of measured points");
+  for (size_t i = 0; i < nr.size(); ++i) {
+    const std::string f = "norm_rope_profile[" + std::to_string(i) + "]";
+    const json& a = nr[i];
+    if (!a.is_object()) bad(where, f + ": must be an object");
+    only_keys(a, where + ": " + f, {"norm", "dtype", "head_dim", "gbs", "source"});
+    for (const char* k : {"norm", "dtype", "head_dim", "gbs", "source"})
+      if (!a.contains(k)) bad(where, f + ": missing '" + k + "'");
+    NormRopePoint pt;
+    pt.norm = text(a["norm"], where, f + ".norm");
+    pt.dtype = text(a["dtype"], where, f + ".dtype");
+    if (std::find(std::begin(kNormKindNames), std::end(kNormKindNames), pt.norm) == std::end(kNormKindNames))
+      bad(where, f + ".norm: '" + pt.norm + "' is not none, rms, rms_across_heads or layer");
+    if (std::find(std::begin(kDTypeNames), std::end(kDTypeNames), pt.dtype) == std::end(kDTypeNames))
+      bad(where, f + ".dtype: '" + pt.dtype + "' is not bf16, fp16 or fp32");
+    pt.head_dim = static_cast<int>(whole(a["head_dim"], where, f + ".head_dim", 1, 1024));
+    pt.gbs = number(a["gbs"], where, f + ".gbs");
+    const Param& hbm = m.params.at("hbm_gbs");
+    if (!(pt.gbs > 0) || pt.gbs > hbm.range_hi)
+      bad(where, f + ".gbs: " + fmt(pt.gbs) + " GB/s is outside its physical range (0, " + fmt(hbm.range_hi) +
+                     "] GB/s (hbm_gbs' range: read + write cannot exceed HBM)");
+    pt.source = text(a["source"], where, f + ".source");
+    if (pt.source.empty()) bad(where, f + ".source: say where the rate comes from");
+    m.norm_rope.push_back(pt);
   }
+}
+
+}  // namespace
+
+Machine parse_machine(const std::string& json_text, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    bad(where, std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad(where, "must be a JSON object");
+  only_keys(j, where, {"name", "description", "topology", "parameters", "attention_profile", "norm_rope_profile"});
+  Machine m;
+  for (const char* f : {"name", "topology", "parameters", "attention_profile"})
+    if (!j.contains(f)) bad(where, std::string("missing field '") + f + "'");
+  m.name = text(j["name"], where, "name");
+  if (m.name.empty()) bad(where, "name: must not be empty");
+  if (j.contains("description")) m.description = text(j["description"], where, "description");
+
+  parse_topology(j, where, m);
+  parse_parameters(j, where, m);
+  parse_attention_profile(j, where, m);
+  parse_norm_rope_profile(j, where, m);
   return m;
 }
 
