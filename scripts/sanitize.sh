@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sanitizer runs of the simulation tests (CPU only), ending in zero reports:
 #   build-asan/  ASan + UBSan (-DULYSSES_SANITIZE=address) over every unit and protocol
-#                test (ctest labels unit, protocol; the MPI ones at each of their rank
+#                test (ctest labels unit, protocol, less the two that run the program from a
+#                script: shipped_decks and deck_from_config_cli; the MPI ones at each of their rank
 #                counts), LeakSanitizer on, suppressions for third-party start-up
 #                allocations only (tests/sanitizers/lsan.supp)
 #   build-tsan/  TSan (-DULYSSES_SANITIZE=thread) over the host device layer's worker
@@ -57,7 +58,7 @@ for which in "${WHICH[@]}"; do
   case $which in
     asan)
       dir=build-asan
-      sel=(-L 'unit|protocol' -E '^shipped_decks$')
+      sel=(-L 'unit|protocol' -E '^(shipped_decks|deck_from_config_cli)$')
       configure_and_build "$dir" address "${sel[@]}"
       rm -rf "$dir/sanitizer-reports"
       mkdir -p "$dir/sanitizer-reports"
