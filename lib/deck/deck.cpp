@@ -18,6 +18,7 @@
 #include "base/error.hpp"
 #include "base/text.hpp"
 #include "comm/transport/transports.hpp"
+#include "lib/deck/schedules.hpp"
 #include "lib/hdf5/hdf5_file.hpp"
 
 namespace uipc {
@@ -256,7 +257,11 @@ bool transport_is_exact(const std::string& name) {
 }
 
 const std::vector<std::string>& known_schedules() {
-  static const std::vector<std::string> v = {"baseline", "v-first", "v-project-first", "v-first-split"};
+  static const std::vector<std::string> v = [] {
+    std::vector<std::string> names;
+    for (const auto& s : schedule_table()) names.push_back(s.name);
+    return names;
+  }();
   return v;
 }
 

@@ -1,26 +1,13 @@
-// Schedules as data: the order in which one attention layer projects, normalises and
-// submits Q, K and V. One layer pipeline (lib/run/pipeline.cpp) walks these steps; a new
-// schedule is a new table row, not a new pipeline.
+// A schedule of the table (lib/deck/schedules.hpp) as the layer pipeline
+// (lib/run/pipeline.cpp) walks it: the steps of the projection it runs.
 #pragma once
 
 #include <string>
 #include <vector>
 
-namespace uipc {
+#include "lib/deck/schedules.hpp"
 
-enum class Step {
-  kProjectQkv,      // fused: one GEMM into (M, 3, Ht, D)
-  kProjectFusedV,   // fused, split by columns: V's columns only ...
-  kProjectFusedQK,  // ... then Q's and K's (one GEMM over both), same buffer and strides
-  kProjectQ,        // separate projections into contiguous (M, Ht, D) buffers
-  kProjectK,
-  kProjectV,
-  kNormQ,       // Q/K norm + RoPE, in place
-  kNormK,
-  kSubmitQ,     // hand the tensor to the transport (the last submit carries the barrier)
-  kSubmitK,
-  kSubmitV,
-};
+namespace uipc {
 
 struct Schedule {
   std::string name;
