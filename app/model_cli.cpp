@@ -482,7 +482,7 @@ int model_command(int argc, char** argv) {
     std::fputs(text.c_str(), stdout);
     return 0;
   }
-  model::Machine base = model::load_machine(machine_path(o.machine));
+  model::Machine base = model::load_machine(model::machine_path(o.machine));
   if (!o.rates.empty()) base.norm_rope = read_norm_rope_profile(o.rates);
   if (o.command == "nccl") return print_modeled_alltoall(base, o.nccl_ranks, o.markdown);
   if (o.command == "kernel") return print_modeled_kernels(base, o.gemms, o.attentions);

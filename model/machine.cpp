@@ -4,11 +4,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iterator>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <string>
+#include <system_error>
+#include <vector>
 
 #include "base/error.hpp"
 
@@ -249,6 +254,25 @@ Machine parse_machine(const std::string& json_text, const std::string& where) {
   parse_attention_profile(j, where, m);
   parse_norm_rope_profile(j, where, m);
   return m;
+}
+
+std::string machine_path(const std::string& name_or_path) {
+  const std::string name = name_or_path.empty() ? "h200-nvlink" : name_or_path;
+  if (name.find('/') != std::string::npos || name.find(".json") != std::string::npos) return name;
+  // Where the shipped machines are: $ULYSSES_MACHINE_DIR if set, else beside an installed
+  // program (<prefix>/bin/../share/ulysses-ipc/machines, what `cmake --install` writes),
+  // else the source tree the program was built from.
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("ULYSSES_MACHINE_DIR"); env != nullptr && *env != '\0') dirs.emplace_back(env);
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) dirs.push_back((exe.parent_path().parent_path() / "share" / "ulysses-ipc" / "machines").string());
+  dirs.emplace_back(ULYSSES_MACHINE_DIR);
+  for (const std::string& d : dirs) {
+    const std::string path = d + "/" + name + ".json";
+    if (std::filesystem::exists(path, ec)) return path;
+  }
+  return dirs.back() + "/" + name + ".json";  // not found: the error names the source tree's place
 }
 
 Machine load_machine(const std::string& path) {

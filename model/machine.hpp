@@ -71,6 +71,11 @@ const std::vector<ParamSpec>& parameter_specs();
 
 // `where` names the text in messages (a path). Throws InputError.
 Machine parse_machine(const std::string& json_text, const std::string& where);
+// The machine named on the command line: a path, or the name of a shipped file
+// (NAME.json in $ULYSSES_MACHINE_DIR, else in the installed share/ulysses-ipc/machines
+// beside the program, else in the source tree's inputs/machines). "" gives h200-nvlink.
+std::string machine_path(const std::string& name_or_path);
+
 Machine load_machine(const std::string& path);
 std::string machine_to_json(const Machine& m);  // what parse_machine reads back
 

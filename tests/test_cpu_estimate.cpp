@@ -18,6 +18,7 @@
 #include "lib/run/cpu_estimate.hpp"
 #include "lib/deck/deck.hpp"
 #include "lib/deck/deck_wire.hpp"
+#include "lib/run/memory_estimate.hpp"
 
 namespace fs = std::filesystem;
 

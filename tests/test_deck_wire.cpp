@@ -22,6 +22,7 @@
 #include "base/error.hpp"
 #include "lib/deck/deck.hpp"
 #include "lib/deck/deck_wire.hpp"
+#include "lib/run/memory_estimate.hpp"
 
 namespace fs = std::filesystem;
 using uipc::Case;

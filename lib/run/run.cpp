@@ -18,6 +18,7 @@
 #include "lib/run/case_runner.hpp"
 #include "lib/run/cpu_estimate.hpp"
 #include "lib/run/layout.hpp"
+#include "lib/run/memory_estimate.hpp"
 #include "lib/deck/deck_wire.hpp"
 #include "lib/report/report.hpp"
 #include "lib/run/traced_layer.hpp"
@@ -109,7 +110,7 @@ MachineChoice load_run_machine(const RunOptions& opt, bool model_mode) {
   bool& have_machine = mc.have_machine;
   std::string& machine_note = mc.machine_note;
   collective_phase(MPI_COMM_WORLD, [&] {
-    const std::string path = machine_path(opt.machine);
+    const std::string path = model::machine_path(opt.machine);
     if (opt.machine.empty() && !model_mode && !std::ifstream(path)) {
       machine_note = "no machine file at " + path + " (--machine)";
       return;
@@ -127,22 +128,22 @@ MachineChoice load_run_machine(const RunOptions& opt, bool model_mode) {
 // Before anything is allocated: does every case fit? On GPUs each rank has its own
 // device memory; in simulation every rank of a node shares the node's memory, so the
 // node's ranks' needs add up. (The estimate is per case: cases run one after another.)
-void check_memory(const std::vector<Case>& todo, const Backend& be, bool model_mode, int world, int rank) {
+void check_memory(const std::vector<Case>& todo, const Backend& be, Mode mode, int world, int rank) {
   MPI_Comm node_raw;
   UIPC_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_raw));
   MpiComm node(node_raw);
   // --mode model touches no data (its memory is mapped, never written): nothing to check.
-  for (const auto& c : model_mode ? std::vector<Case>{} : todo) {
-    const double mine = static_cast<double>(estimate_case_bytes_per_rank(c, world, rank == 0, be.mode == "sim"));
+  for (const auto& c : mode == Mode::kModel ? std::vector<Case>{} : todo) {
+    const double mine = static_cast<double>(estimate_case_bytes_per_rank(c, world, rank == 0, mode == Mode::kSim));
     double need = mine;
-    if (be.mode == "sim") UIPC_MPI_CHECK(MPI_Allreduce(&mine, &need, 1, MPI_DOUBLE, MPI_SUM, node.get()));
+    if (mode == Mode::kSim) UIPC_MPI_CHECK(MPI_Allreduce(&mine, &need, 1, MPI_DOUBLE, MPI_SUM, node.get()));
     collective_phase(MPI_COMM_WORLD, [&] {
       const double have = static_cast<double>(be.device->free_memory());
       if (need > 0.9 * have) {
         char buf[320];
         std::snprintf(buf, sizeof(buf), "case '%s' needs about %.2f GiB of %s, which has %.2f GiB free",
                       c.name.c_str(), need / (1 << 30),
-                      be.mode == "gpu" ? ("device memory on rank " + std::to_string(rank)).c_str()
+                      mode == Mode::kGpu ? ("device memory on rank " + std::to_string(rank)).c_str()
                                        : "host memory on this node (simulation: all its ranks together)",
                       have / (1 << 30));
         throw InputError(buf + std::string(": fewer tokens, more ranks, or --case to run the others; or ") +
@@ -208,7 +209,7 @@ int run_deck(const RunOptions& opt) {
   collective_phase(MPI_COMM_WORLD,
                    [&] { nodes = discover_nodes(MPI_COMM_WORLD, opt.ranks_per_node, be.device->watchdog_seconds()); });
   const MachineChoice mc = load_run_machine(opt, mode == Mode::kModel);
-  check_memory(plan.todo, be, mode == Mode::kModel, world, rank);
+  check_memory(plan.todo, be, mode, world, rank);
   const std::vector<CpuEstimate> cpu_est = check_cpu_time(plan.todo, be, mode, opt, world, out);
   const Provenance prov = gather_provenance(opt, be, nodes, world);
   out.line("ulysses-ipc %s: %d rank(s), mode %s, deck %s (%zu case(s) to run)\n", ULYSSES_GIT_REV, world,

@@ -4,10 +4,7 @@
 #include <mpi.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <system_error>
 #include <vector>
 
 #include "base/error.hpp"
@@ -57,25 +54,6 @@ std::vector<model::StageTerm> terms_of(const std::string& b) {
 }
 
 }  // namespace
-
-std::string machine_path(const std::string& name_or_path) {
-  const std::string name = name_or_path.empty() ? "h200-nvlink" : name_or_path;
-  if (name.find('/') != std::string::npos || name.find(".json") != std::string::npos) return name;
-  // Where the shipped machines are: $ULYSSES_MACHINE_DIR if set, else beside an installed
-  // program (<prefix>/bin/../share/ulysses-ipc/machines, what `cmake --install` writes),
-  // else the source tree the program was built from.
-  std::vector<std::string> dirs;
-  if (const char* env = std::getenv("ULYSSES_MACHINE_DIR"); env != nullptr && *env != '\0') dirs.emplace_back(env);
-  std::error_code ec;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) dirs.push_back((exe.parent_path().parent_path() / "share" / "ulysses-ipc" / "machines").string());
-  dirs.emplace_back(ULYSSES_MACHINE_DIR);
-  for (const std::string& d : dirs) {
-    const std::string path = d + "/" + name + ".json";
-    if (std::filesystem::exists(path, ec)) return path;
-  }
-  return dirs.back() + "/" + name + ".json";  // not found: the error names the source tree's place
-}
 
 void run_traced_layer(TracingDevice& dev, LayerPipeline& pipe, Stream& compute, const TracedLayerSetup& setup,
                       bool model_mode, RunResult& rr) {

@@ -30,9 +30,5 @@ struct TracedLayerSetup {
 void run_traced_layer(TracingDevice& dev, LayerPipeline& pipe, Stream& compute, const TracedLayerSetup& setup,
                       bool model_mode, RunResult& rr);
 
-// The machine named on the command line: a path, or the name of a shipped file
-// (NAME.json in $ULYSSES_MACHINE_DIR, else in the installed share/ulysses-ipc/machines
-// beside the program, else in the source tree's inputs/machines). "" gives h200-nvlink.
-std::string machine_path(const std::string& name_or_path);
 
 }  // namespace uipc
