@@ -1,13 +1,19 @@
-// Transport selection (ipc -> nccl, vmm -> nccl, hier -> ipc on one node -> nccl: first
-// that can serve), and IPC and vmm eligibility.
+// Transport selection (the requested transport, then the fallback column of the table in
+// transports.hpp until one serves: ipc -> nccl, vmm -> nccl, hier -> (ipc on one node) ->
+// nccl), and IPC and vmm eligibility.
 #include "comm/transport/transport.hpp"
 
 #include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "comm/bootstrap.hpp"
 #include "comm/collectives/collectives.hpp"
 #include "comm/nodes.hpp"
+#include "comm/transport/transports.hpp"
 
 namespace uipc {
 
@@ -72,71 +78,104 @@ std::string ipc_ineligible_reason(Device& dev, MPI_Comm group, const NodeLayout&
   return agree_on_reason(group, reason, dev.watchdog_seconds());
 }
 
-SelectedTransport select_transport(const std::string& requested, const TransportSetup& setup) {
-  Device& dev = setup.dev;
-  SelectedTransport sel;
-  // ipc or vmm where eligible (else null and why not).
-  auto try_ipc = [&](const std::string& name, std::string* why) -> std::unique_ptr<Transport> {
-    const bool vmm = name == "vmm";
-    *why = vmm ? vmm_ineligible_reason(dev, setup.group, setup.group_nodes)
-               : ipc_ineligible_reason(dev, setup.group, setup.group_nodes);
-    if (!why->empty()) return nullptr;
-    return vmm ? make_vmm_transport(dev, setup.group, setup.options) : make_ipc_transport(dev, setup.group, setup.options);
+namespace {
+
+// One transport's answer to "can you serve this group?", the same on every rank (the
+// checks are collective). Served: the transport and the name that serves (hier on one
+// node is ipc), with `why` saying so where that is not the name asked. Not served: no
+// transport, and `why`.
+struct Attempt {
+  std::unique_ptr<Transport> transport;
+  std::string used, why, note;
+};
+
+Attempt not_served(std::string why) { return {nullptr, "", std::move(why), ""}; }
+
+Attempt open_nccl(const std::string& name, const TransportSetup& s) {
+  return {make_nccl_transport(s.dev, s.coll), name, "", ""};
+}
+
+Attempt open_nccl_ce(const std::string& name, const TransportSetup& s) {
+  // Made (or not) alike on every rank: the same mode and GPU placement everywhere.
+  if (s.ce_coll == nullptr) return not_served(name + " not available: " + s.ce_unavailable);
+  const std::string why_not = s.ce_coll->copy_engine_note();
+  return {make_nccl_ce_transport(s.dev, *s.ce_coll), name, "",
+          why_not.empty() ? "copy engines: NCCL's zero-CTA all-to-all on symmetric windows"
+                          : "copy engines: not used (" + why_not + ")"};
+}
+
+// Why ipc or vmm cannot serve the group ("" = it can), and the transport where it can.
+std::string ipc_family_ineligible(const std::string& name, const TransportSetup& s) {
+  return name == "vmm" ? vmm_ineligible_reason(s.dev, s.group, s.group_nodes)
+                       : ipc_ineligible_reason(s.dev, s.group, s.group_nodes);
+}
+std::unique_ptr<Transport> make_ipc_family(const std::string& name, const TransportSetup& s) {
+  return name == "vmm" ? make_vmm_transport(s.dev, s.group, s.options) : make_ipc_transport(s.dev, s.group, s.options);
+}
+
+Attempt open_ipc_family(const std::string& name, const TransportSetup& s) {
+  const std::string why = ipc_family_ineligible(name, s);
+  if (!why.empty()) return not_served(name + " not eligible: " + why);
+  return {make_ipc_family(name, s), name, "", ""};
+}
+
+// hier (and hier-vmajor) across nodes; on one node hier is the IPC transport.
+Attempt open_hier(const std::string& name, const TransportSetup& s) {
+  const std::string why = hier_ineligible_reason(s.dev, s.group, s.group_nodes);
+  if (why.empty()) {
+    VMajorOptions vm;
+    vm.enabled = name == "hier-vmajor";
+    vm.threshold = s.vmajor_threshold;
+    vm.row_change = s.row_change;
+    UIPC_CHECK(!vm.enabled || vm.row_change, "hier-vmajor needs the row_change kernel in its TransportSetup");
+    return {make_hier_transport(s.dev, s.group, s.group_nodes, s.make_collectives, s.options.cache_capacity,
+                                s.hier_chunks, vm),
+            name, "", ""};
+  }
+  if (!s.group_nodes.one_node()) return not_served(name + " not eligible: " + why);
+  const std::string ipc_why = ipc_family_ineligible("ipc", s);
+  if (!ipc_why.empty()) return not_served("hier on one node is ipc, and ipc is not eligible: " + ipc_why);
+  return {make_ipc_family("ipc", s), "ipc", "hier: the Ulysses group is on one node, where the ipc transport serves it",
+          ""};
+}
+
+using OpenFn = Attempt (*)(const std::string& name, const TransportSetup& setup);
+
+// The code behind each row of the transport table (transports.hpp).
+OpenFn opener_of(const std::string& name) {
+  static const std::pair<const char*, OpenFn> openers[] = {
+      {"nccl", open_nccl}, {"nccl-ce", open_nccl_ce}, {"ipc", open_ipc_family},
+      {"vmm", open_ipc_family}, {"hier", open_hier}, {"hier-vmajor", open_hier},
   };
-  if (requested == "nccl-ce") {
-    // Made (or not) alike on every rank: the same mode and GPU placement everywhere.
-    if (setup.ce_coll != nullptr) {
-      sel.transport = make_nccl_ce_transport(dev, *setup.ce_coll);
-      sel.used = requested;
-      const std::string why_not = setup.ce_coll->copy_engine_note();
-      sel.note = why_not.empty() ? "copy engines: NCCL's zero-CTA all-to-all on symmetric windows"
-                                 : "copy engines: not used (" + why_not + ")";
-      return sel;
-    }
-    sel.fallback_reason = "nccl-ce not available: " + setup.ce_unavailable;
-    sel.transport = make_nccl_transport(dev, setup.coll);
-    sel.used = "nccl";
+  for (const auto& [n, open] : openers)
+    if (name == n) return open;
+  return nullptr;
+}
+
+}  // namespace
+
+SelectedTransport select_transport(const std::string& requested, const TransportSetup& setup) {
+  const TransportKind* kind = find_transport_kind(requested);
+  if (kind == nullptr) {
+    std::vector<std::string> names;
+    for (const auto& t : transport_table()) names.push_back(t.name);
+    throw InputError("unknown transport '" + requested + "' (allowed: " + join(names) + ")");
+  }
+  // The requested transport, then the table's fallbacks until one serves; the first
+  // reason not to serve is the one the report gives.
+  SelectedTransport sel;
+  for (; kind != nullptr; kind = kind->fallback ? find_transport_kind(kind->fallback) : nullptr) {
+    const OpenFn open = opener_of(kind->name);
+    UIPC_CHECK(open != nullptr, std::string("transport '") + kind->name + "' has no opener in transport.cpp");
+    Attempt a = open(kind->name, setup);
+    if (sel.fallback_reason.empty()) sel.fallback_reason = a.why;
+    if (!a.transport) continue;
+    sel.transport = std::move(a.transport);
+    sel.used = a.used;
+    sel.note = a.note;
     return sel;
   }
-  std::string why;
-  if (requested == "hier" || requested == "hier-vmajor") {
-    why = hier_ineligible_reason(dev, setup.group, setup.group_nodes);
-    if (why.empty()) {
-      VMajorOptions vm;
-      vm.enabled = requested == "hier-vmajor";
-      vm.threshold = setup.vmajor_threshold;
-      vm.row_change = setup.row_change;
-      UIPC_CHECK(!vm.enabled || vm.row_change, "hier-vmajor needs the row_change kernel in its TransportSetup");
-      sel.transport = make_hier_transport(dev, setup.group, setup.group_nodes, setup.make_collectives,
-                                          setup.options.cache_capacity, setup.hier_chunks, vm);
-      sel.used = requested;
-      return sel;
-    }
-    if (setup.group_nodes.one_node()) {
-      // On one node hier is the IPC transport.
-      sel.transport = try_ipc("ipc", &why);
-      if (sel.transport) {
-        sel.used = "ipc";
-        sel.fallback_reason = "hier: the Ulysses group is on one node, where the ipc transport serves it";
-        return sel;
-      }
-      sel.fallback_reason = "hier on one node is ipc, and ipc is not eligible: " + why;
-    } else {
-      sel.fallback_reason = requested + " not eligible: " + why;
-    }
-  } else if (requested == "ipc" || requested == "vmm") {
-    sel.transport = try_ipc(requested, &why);
-    if (sel.transport) {
-      sel.used = requested;
-      return sel;
-    }
-    sel.fallback_reason = requested + " not eligible: " + why;
-  } else if (requested != "nccl") {
-    throw InputError("unknown transport '" + requested + "' (allowed: nccl, nccl-ce, ipc, vmm, hier, hier-vmajor)");
-  }
-  sel.transport = make_nccl_transport(dev, setup.coll);
-  sel.used = "nccl";
-  return sel;
+  throw RuntimeError("transport '" + requested + "': neither it nor a fallback can serve");
 }
 
 }  // namespace uipc
