@@ -35,9 +35,9 @@ int usable_gpu_count() {
 }
 
 std::string Backend::attention_path() const {
-  if (mode == "model") return "none (modelled)";
+  if (mode == Mode::kModel) return "none (modelled)";
 #if defined(ULYSSES_HAVE_CUDA)
-  if (mode == "gpu") return cuda_attention_path(static_cast<TracingKernels&>(*kernels).inner());
+  if (mode == Mode::kGpu) return cuda_attention_path(static_cast<TracingKernels&>(*kernels).inner());
 #endif
   return "host";
 }
@@ -45,14 +45,14 @@ std::string Backend::attention_path() const {
 std::unique_ptr<Collectives> Backend::make_collectives(MPI_Comm comm) const {
   std::unique_ptr<Collectives> inner;
 #if defined(ULYSSES_HAVE_CUDA)
-  if (mode == "gpu" && nccl_usable) inner = make_nccl_collectives(comm, device->watchdog_seconds());
+  if (mode == Mode::kGpu && nccl_usable) inner = make_nccl_collectives(comm, device->watchdog_seconds());
 #endif
   if (!inner) inner = make_mpi_collectives(comm, tracer->inner());
   return make_tracing_collectives(std::move(inner), *tracer, comm);
 }
 
 std::unique_ptr<Collectives> Backend::make_ce_collectives(MPI_Comm comm, std::string* why) const {
-  if (mode == "sim" || mode == "model")
+  if (mode != Mode::kGpu)
     return make_tracing_collectives(make_mpi_collectives(comm, tracer->inner()), *tracer, comm);
 #if defined(ULYSSES_HAVE_CUDA)
   if (nccl_usable)
@@ -66,7 +66,7 @@ std::unique_ptr<Collectives> Backend::make_ce_collectives(MPI_Comm comm, std::st
 namespace {
 // Wraps the backend's device and kernels in their recording decorators.
 void wrap_for_tracing(Backend& b, int rank, int world) {
-  auto tracing = std::make_unique<TracingDevice>(std::move(b.device), rank, world, b.mode == "model");
+  auto tracing = std::make_unique<TracingDevice>(std::move(b.device), rank, world, b.mode == Mode::kModel);
   b.tracer = tracing.get();
   b.device = std::move(tracing);
   b.kernels = std::make_unique<TracingKernels>(std::move(b.kernels), *b.tracer);
@@ -88,16 +88,16 @@ Backend make_backend(const BackendOptions& opt, MPI_Comm world) {
     if (!cuda_built())
       throw InputError("--mode gpu: this ulysses-ipc was built without the CUDA device layer (configure with nvcc present or -DULYSSES_CUDA=ON)");
     if (least == 0) throw InputError("--mode gpu: no usable CUDA device on at least one rank (no GPU or no driver); use --mode sim");
-    b.mode = "gpu";
-  } else if (opt.mode == "sim" || opt.mode == "model") {
-    b.mode = opt.mode;
+    b.mode = Mode::kGpu;
+  } else if (opt.mode == "auto") {
+    b.mode = least > 0 ? Mode::kGpu : Mode::kSim;
   } else {
-    b.mode = least > 0 ? "gpu" : "sim";
+    b.mode = mode_of(opt.mode);
   }
 
-  if (b.mode == "sim" || b.mode == "model") {
+  if (b.mode != Mode::kGpu) {
     // Model mode: the host device's protocol at full size, its memory left untouched.
-    b.device = make_host_device(rank, /*untouched_memory=*/b.mode == "model");
+    b.device = make_host_device(rank, /*untouched_memory=*/b.mode == Mode::kModel);
     b.kernels = make_host_kernels();
     b.nccl_usable = false;
     b.nccl_unusable_reason = "simulation mode: NCCL is emulated with MPI";

@@ -12,6 +12,7 @@
 #include "comm/device/device.hpp"
 #include "comm/device/tracing_device.hpp"
 #include "kernels/kernels.hpp"
+#include "lib/run/run_shape.hpp"
 
 namespace uipc {
 
@@ -21,7 +22,7 @@ struct BackendOptions {
 };
 
 struct Backend {
-  std::string mode;              // "sim", "gpu" or "model" (host device, no data, no arithmetic)
+  Mode mode = Mode::kSim;        // gpu, sim or model (host device, no data, no arithmetic)
   // The device layer, wrapped in its recording decorator (`tracer` is the same object):
   // every mode can trace a layer.
   std::unique_ptr<Device> device;

@@ -174,7 +174,7 @@ Provenance gather_provenance(const RunOptions& opt, const Backend& be, const Nod
   prov.version = ULYSSES_GIT_REV;
   prov.date = iso_date_utc();
   prov.command_line = opt.command_line;
-  prov.mode = be.mode;
+  prov.mode = mode_name(be.mode);
   prov.deck_path = opt.deck_path;
   prov.world_size = world;
   prov.hosts = allgather_strings(MPI_COMM_WORLD, host_name(), be.device->watchdog_seconds(), "the provenance");
@@ -203,7 +203,7 @@ int run_deck(const RunOptions& opt) {
   for (const auto& s : plan.skipped) out.line("skipped %s\n", s.c_str());
   Backend be;
   collective_phase(MPI_COMM_WORLD, [&] { be = make_backend(opt.backend, MPI_COMM_WORLD); });
-  const Mode mode = mode_of(be.mode);
+  const Mode mode = be.mode;
   // The one node layout of the run: eligibility and the report read it.
   NodeLayout nodes;
   collective_phase(MPI_COMM_WORLD,
@@ -213,7 +213,7 @@ int run_deck(const RunOptions& opt) {
   const std::vector<CpuEstimate> cpu_est = check_cpu_time(plan.todo, be, mode, opt, world, out);
   const Provenance prov = gather_provenance(opt, be, nodes, world);
   out.line("ulysses-ipc %s: %d rank(s), mode %s, deck %s (%zu case(s) to run)\n", ULYSSES_GIT_REV, world,
-           be.mode.c_str(), opt.deck_path.c_str(), plan.todo.size());
+           mode_name(be.mode), opt.deck_path.c_str(), plan.todo.size());
   if (!nodes.one_node() || nodes.declared_ranks_per_node > 0) out.line("nodes: %s\n", nodes.describe().c_str());
 
   std::vector<CaseResult> results;

@@ -36,6 +36,13 @@ inline std::vector<std::string> mode_choices() {
   return v;
 }
 
+// The name of a mode, as --mode takes it and the report writes it.
+inline const char* mode_name(Mode mode) {
+  for (const auto& m : mode_table())
+    if (m.mode == mode) return m.name;
+  return "?";
+}
+
 inline Mode mode_of(const std::string& name) {
   for (const auto& m : mode_table())
     if (name == m.name) return m.mode;
