@@ -26,6 +26,7 @@
 #include <exception>
 #include <fstream>
 #include <mutex>
+#include <utility>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -803,6 +804,7 @@ class HostDevice final : public Device {
         if (!seg->sealed) unlink_owned_name(seg->name, seg->slot);
         seg->sealed = true;
       }
+      keep_until_exit(ptr, impl);
       return;
     }
     if (!impl) {
@@ -913,6 +915,16 @@ class HostDevice final : public Device {
   // a host wait, or a worker abandoned at teardown). Then the memory stays mapped, as the
   // process is ending on that error; unmapping it would turn the error into a segfault on
   // the worker. Outside an error, memory is freed as before.
+  // What an error left mapped under running work stays owned here until the process
+  // ends: held on purpose, not lost (a leak checker sees it reachable). The list is never
+  // destroyed, so no exit-time destructor drops it before the work is gone.
+  static void keep_until_exit(void* ptr, void* impl) {
+    static std::mutex mu;
+    static auto* kept = new std::vector<std::pair<void*, void*>>();
+    std::lock_guard<std::mutex> lk(mu);
+    kept->emplace_back(ptr, impl);
+  }
+
   bool work_may_still_use_memory() {
     if (std::uncaught_exceptions() == 0) return false;
     std::lock_guard<std::mutex> lk(streams_mu_);
