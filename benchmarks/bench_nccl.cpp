@@ -12,48 +12,41 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "comm/device/cuda_check.hpp"
 
 namespace uipc::bench {
 namespace {
-
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw RuntimeError(std::string("nccl sweep: ") + what + ": " + cudaGetErrorString(e));
-}
-
-void nccl_ok(ncclResult_t r, const char* what) {
-  if (r != ncclSuccess) throw RuntimeError(std::string("nccl sweep: ") + what + ": " + ncclGetErrorString(r));
-}
 
 // One all-to-all of `bytes` per rank on every communicator, issued as nccl-tests does.
 void all_to_all(const std::vector<ncclComm_t>& comms, const std::vector<cudaStream_t>& st,
                 const std::vector<char*>& send, const std::vector<char*>& recv, int64_t bytes) {
   const int n = static_cast<int>(comms.size());
   const size_t chunk = static_cast<size_t>(bytes / n);
-  nccl_ok(ncclGroupStart(), "ncclGroupStart");
+  UIPC_NCCL_CHECK(ncclGroupStart());
   for (int r = 0; r < n; ++r)
     for (int p = 0; p < n; ++p) {
-      nccl_ok(ncclSend(send[r] + p * chunk, chunk, ncclInt8, p, comms[r], st[r]), "ncclSend");
-      nccl_ok(ncclRecv(recv[r] + p * chunk, chunk, ncclInt8, p, comms[r], st[r]), "ncclRecv");
+      UIPC_NCCL_CHECK(ncclSend(send[r] + p * chunk, chunk, ncclInt8, p, comms[r], st[r]));
+      UIPC_NCCL_CHECK(ncclRecv(recv[r] + p * chunk, chunk, ncclInt8, p, comms[r], st[r]));
     }
-  nccl_ok(ncclGroupEnd(), "ncclGroupEnd");
+  UIPC_NCCL_CHECK(ncclGroupEnd());
 }
 
 void sweep_ranks(int n, int64_t min_bytes, int64_t max_bytes, std::vector<AllToAllPoint>& out) {
   std::vector<int> devs(n);
   for (int i = 0; i < n; ++i) devs[i] = i;
   std::vector<ncclComm_t> comms(n);
-  nccl_ok(ncclCommInitAll(comms.data(), n, devs.data()), "ncclCommInitAll");
+  UIPC_NCCL_CHECK(ncclCommInitAll(comms.data(), n, devs.data()));
   std::vector<cudaStream_t> st(n);
   std::vector<cudaEvent_t> e0(n), e1(n);
   std::vector<char*> send(n), recv(n);
   for (int r = 0; r < n; ++r) {
-    cuda_ok(cudaSetDevice(r), "cudaSetDevice");
-    cuda_ok(cudaStreamCreateWithFlags(&st[r], cudaStreamNonBlocking), "cudaStreamCreate");
-    cuda_ok(cudaEventCreate(&e0[r]), "cudaEventCreate");
-    cuda_ok(cudaEventCreate(&e1[r]), "cudaEventCreate");
-    cuda_ok(cudaMalloc(&send[r], max_bytes), "cudaMalloc");
-    cuda_ok(cudaMalloc(&recv[r], max_bytes), "cudaMalloc");
-    cuda_ok(cudaMemset(send[r], r + 1, max_bytes), "cudaMemset");
+    UIPC_CUDA_CHECK(cudaSetDevice(r));
+    UIPC_CUDA_CHECK(cudaStreamCreateWithFlags(&st[r], cudaStreamNonBlocking));
+    UIPC_CUDA_CHECK(cudaEventCreate(&e0[r]));
+    UIPC_CUDA_CHECK(cudaEventCreate(&e1[r]));
+    UIPC_CUDA_CHECK(cudaMalloc(&send[r], max_bytes));
+    UIPC_CUDA_CHECK(cudaMalloc(&recv[r], max_bytes));
+    UIPC_CUDA_CHECK(cudaMemset(send[r], r + 1, max_bytes));
   }
   for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 2) {
     const int64_t b = bytes / n * n;  // whole chunks, as nccl-tests rounds its count
@@ -64,21 +57,21 @@ void sweep_ranks(int n, int64_t min_bytes, int64_t max_bytes, std::vector<AllToA
     std::vector<double> reps;
     for (int rep = 0; rep < 5; ++rep) {
       for (int r = 0; r < n; ++r) {
-        cuda_ok(cudaSetDevice(r), "cudaSetDevice");
-        cuda_ok(cudaStreamSynchronize(st[r]), "cudaStreamSynchronize");
+        UIPC_CUDA_CHECK(cudaSetDevice(r));
+        UIPC_CUDA_CHECK(cudaStreamSynchronize(st[r]));
       }
       for (int r = 0; r < n; ++r) {
-        cuda_ok(cudaSetDevice(r), "cudaSetDevice");
-        cuda_ok(cudaEventRecord(e0[r], st[r]), "cudaEventRecord");
+        UIPC_CUDA_CHECK(cudaSetDevice(r));
+        UIPC_CUDA_CHECK(cudaEventRecord(e0[r], st[r]));
       }
       for (int i = 0; i < iters; ++i) all_to_all(comms, st, send, recv, b);
       double worst = 0;
       for (int r = 0; r < n; ++r) {
-        cuda_ok(cudaSetDevice(r), "cudaSetDevice");
-        cuda_ok(cudaEventRecord(e1[r], st[r]), "cudaEventRecord");
-        cuda_ok(cudaEventSynchronize(e1[r]), "cudaEventSynchronize");
+        UIPC_CUDA_CHECK(cudaSetDevice(r));
+        UIPC_CUDA_CHECK(cudaEventRecord(e1[r], st[r]));
+        UIPC_CUDA_CHECK(cudaEventSynchronize(e1[r]));
         float ms = 0;
-        cuda_ok(cudaEventElapsedTime(&ms, e0[r], e1[r]), "cudaEventElapsedTime");
+        UIPC_CUDA_CHECK(cudaEventElapsedTime(&ms, e0[r], e1[r]));
         worst = std::max(worst, 1e3 * ms / iters);
       }
       reps.push_back(worst);
@@ -93,7 +86,7 @@ void sweep_ranks(int n, int64_t min_bytes, int64_t max_bytes, std::vector<AllToA
     out.push_back(p);
   }
   for (int r = 0; r < n; ++r) {
-    cuda_ok(cudaSetDevice(r), "cudaSetDevice");
+    UIPC_CUDA_CHECK(cudaSetDevice(r));
     cudaFree(send[r]);
     cudaFree(recv[r]);
     cudaEventDestroy(e0[r]);
@@ -101,7 +94,7 @@ void sweep_ranks(int n, int64_t min_bytes, int64_t max_bytes, std::vector<AllToA
     cudaStreamDestroy(st[r]);
     ncclCommDestroy(comms[r]);
   }
-  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  UIPC_CUDA_CHECK(cudaSetDevice(0));
 }
 
 }  // namespace
@@ -109,7 +102,7 @@ void sweep_ranks(int n, int64_t min_bytes, int64_t max_bytes, std::vector<AllToA
 std::vector<AllToAllPoint> nccl_alltoall_sweep(int max_ranks, int64_t min_bytes, int64_t max_bytes, std::string* why) {
   std::vector<AllToAllPoint> out;
   int visible = 0;
-  cuda_ok(cudaGetDeviceCount(&visible), "cudaGetDeviceCount");
+  UIPC_CUDA_CHECK(cudaGetDeviceCount(&visible));
   const int top = max_ranks > 0 ? std::min(max_ranks, visible) : visible;
   if (top < 2) {
     *why = "one GPU: no all-to-all between GPUs to measure";
