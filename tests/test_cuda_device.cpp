@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/graph_testing.hpp"
 #include "base/error.hpp"
 #include "comm/device/cuda_device.hpp"
 #include "comm/fd_exchange.hpp"
@@ -192,6 +193,14 @@ TEST_F(CudaDeviceTest, WaitThatNeverCompletesIsAPeerTimeout) {
   dev_->write_value64(*unblock, w, 1);
   unblock->synchronize();
   s->synchronize();
+}
+
+// CUDA graphs with the handshake's stream memory operations: each launch takes its own
+// epochs (the nodes are updated), moves fresh data, times itself through event-record
+// nodes; a wait never satisfied is a PeerTimeout naming it (tests/graph_testing.hpp).
+TEST_F(CudaDeviceTest, GraphLaunchesTakeTheirOwnValuesAndStayBounded) {
+  uint64_t seed = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  uipc::testing::check_graph_launches_take_their_own_values(*dev_, seed);
 }
 
 // The shapes of the cross-rank scatter: 4 heads per rank after it, 96 tokens per rank.

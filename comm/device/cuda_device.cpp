@@ -53,6 +53,14 @@ struct VmmApi {
   decltype(&::cuMemGetAllocationPropertiesFromHandle) get_properties = nullptr;
 };
 
+// The graph entry points that find and update the write/wait nodes of a captured layer.
+struct GraphApi {
+  decltype(&::cuGraphGetNodes) get_nodes = nullptr;
+  decltype(&::cuGraphNodeGetType) node_type = nullptr;
+  decltype(&::cuGraphBatchMemOpNodeGetParams) memop_params = nullptr;
+  decltype(&::cuGraphExecBatchMemOpNodeSetParams) exec_set_memop = nullptr;
+};
+
 struct DriverApi {
   PfnStreamValue64 write_value64 = nullptr;
   PfnStreamValue64 wait_value64 = nullptr;
@@ -64,6 +72,8 @@ struct DriverApi {
   VmmApi vmm;
   // Missing VMM entry points, kept apart: they disqualify the vmm path only, not ipc.
   std::string vmm_missing;
+  GraphApi graph;
+  std::string graph_missing;  // they disqualify graphs only
 };
 
 // The ABI version we ask for: the CUDA 12.0 signatures (the v2 memops), which the
@@ -104,6 +114,10 @@ const DriverApi& driver_api() {
     load_entry("cuMemExportToShareableHandle", api.vmm.export_handle, api.vmm_missing);
     load_entry("cuMemImportFromShareableHandle", api.vmm.import_handle, api.vmm_missing);
     load_entry("cuMemGetAllocationPropertiesFromHandle", api.vmm.get_properties, api.vmm_missing);
+    load_entry("cuGraphGetNodes", api.graph.get_nodes, api.graph_missing);
+    load_entry("cuGraphNodeGetType", api.graph.node_type, api.graph_missing);
+    load_entry("cuGraphBatchMemOpNodeGetParams", api.graph.memop_params, api.graph_missing);
+    load_entry("cuGraphExecBatchMemOpNodeSetParams", api.graph.exec_set_memop, api.graph_missing);
   });
   return api;
 }
@@ -210,20 +224,41 @@ CudaStream& cuda_stream(Stream& s) {
   return *cs;
 }
 
+bool device_capturing(const CudaDevice* dev);
+
+// Recorded inside a graph capture, an event is two: the plain record orders the capture's
+// streams (stream_wait_event within the capture), and an event-record node (external)
+// records `in_graph_` at every launch, which timing, queries and later waits read.
 class CudaEvent : public Event {
  public:
   CudaEvent(CudaDevice* dev, cudaEvent_t e) : dev_(dev), event_(e) {}
-  ~CudaEvent() override { cudaEventDestroy(event_); }
-  void record(Stream& s) override {
-    UIPC_CUDA_CHECK(cudaEventRecord(event_, cuda_stream(s).get()));
+  ~CudaEvent() override {
+    cudaEventDestroy(event_);
+    if (graph_event_) cudaEventDestroy(graph_event_);
   }
-  bool query() override { return query_done(cudaEventQuery(event_), "cudaEventQuery(event)"); }
+  void record(Stream& s) override {
+    cudaStream_t cs = cuda_stream(s).get();
+    recorded_in_graph_ = device_capturing(dev_);
+    if (recorded_in_graph_) {
+      // The node first: a stream that joins through event_ then joins after it too (else
+      // the capture ends with the node unjoined).
+      if (!graph_event_) UIPC_CUDA_CHECK(cudaEventCreate(&graph_event_));
+      UIPC_CUDA_CHECK(cudaEventRecordWithFlags(graph_event_, cs, cudaEventRecordExternal));
+    }
+    UIPC_CUDA_CHECK(cudaEventRecord(event_, cs));
+  }
+  bool query() override { return query_done(cudaEventQuery(get()), "cudaEventQuery(event)"); }
   void synchronize() override;
-  cudaEvent_t get() const { return event_; }
+  // The event that holds the last record's time: the graph's node when it was captured.
+  cudaEvent_t get() const { return recorded_in_graph_ ? graph_event_ : event_; }
+  // What a stream waits on: inside a capture, the capture's own record.
+  cudaEvent_t for_wait(bool capturing) const { return capturing ? event_ : get(); }
 
  private:
   CudaDevice* dev_;
   cudaEvent_t event_;
+  cudaEvent_t graph_event_ = nullptr;
+  bool recorded_in_graph_ = false;
 };
 
 // ---------------------------------------------------------------- IPC bookkeeping
@@ -361,6 +396,25 @@ class CudaDevice : public Device {
   std::string name() const override { return name_; }
   int ordinal() const override { return ordinal_; }
   const std::string& ipc_reason() const { return ipc_reason_; }
+  bool capturing() const { return capturing_; }
+
+  // --- graphs
+  std::string graph_ineligible_reason() override {
+    const auto& api = driver_api();
+    if (!api.graph_missing.empty()) return "CUDA driver graph entry points not found: " + api.graph_missing;
+    return {};
+  }
+  void begin_capture(Stream& origin) override {
+    UIPC_CHECK(!capturing_, "begin_capture: a graph is already being captured");
+    const std::string why = graph_ineligible_reason();
+    UIPC_CHECK(why.empty(), "begin_capture: " + why);
+    // Thread-local: an unsafe call of this thread (an allocation, a synchronization)
+    // fails and breaks the capture instead of passing unnoticed.
+    UIPC_CUDA_CHECK(cudaStreamBeginCapture(cuda_stream(origin).get(), cudaStreamCaptureModeThreadLocal));
+    capturing_ = true;
+    capture_values_.clear();
+  }
+  std::unique_ptr<Graph> end_capture(Stream& origin) override;
   std::string ipc_ineligible_reason() override { return ipc_reason_; }
   std::string vmm_ineligible_reason() override { return vmm_reason_; }
   std::string peer_ineligible_reason(int peer_ordinal) override {
@@ -505,7 +559,7 @@ class CudaDevice : public Device {
   void stream_wait_event(Stream& s, Event& e) override {
     auto* ce = dynamic_cast<CudaEvent*>(&e);
     UIPC_CHECK(ce != nullptr, "an event of another device was passed to the CUDA device");
-    UIPC_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(s).get(), ce->get(), 0));
+    UIPC_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(s).get(), ce->for_wait(capturing_), 0));
   }
   double elapsed_ms(Event& start, Event& end) override {
     auto* a = dynamic_cast<CudaEvent*>(&start);
@@ -546,7 +600,11 @@ class CudaDevice : public Device {
       batch.push_back(b);
     }
     if (batch.empty()) return;
-    if (batch.size() == 1) {  // one copy: the plain call
+    if (batch.size() == 1 || capturing_) {  // one copy, or a graph (a node each): plain calls
+      if (capturing_) {
+        for (const Copy2DOp& c : ops) copy_2d(s, c.dst, c.dst_pitch, c.src, c.src_pitch, c.width, c.height);
+        return;
+      }
       const Copy2DOp* o = nullptr;
       for (const Copy2DOp& c : ops)
         if (c.width != 0 && c.height != 0) o = &c;
@@ -566,12 +624,17 @@ class CudaDevice : public Device {
     // peer that sees the value also sees the copies before it.
     UIPC_CU_CHECK(api.write_value64(static_cast<CUstream>(cuda_stream(s).get()), reinterpret_cast<CUdeviceptr>(addr),
                                     v, 0));
+    if (capturing_) capture_values_.push_back(GraphValueOp{false, addr, v, {}});
   }
   void wait_value64_geq(Stream& s, const uint64_t* addr, uint64_t v, const WaitLabel& label) override {
     const auto& api = require_memops();
     auto& cs = cuda_stream(s);
     UIPC_CU_CHECK(api.wait_value64(static_cast<CUstream>(cs.get()), reinterpret_cast<CUdeviceptr>(addr), v,
                                    CU_STREAM_WAIT_VALUE_GEQ));
+    if (capturing_) {  // the watchdog learns of it at each launch (CudaGraph::launch)
+      capture_values_.push_back(GraphValueOp{true, addr, v, label});
+      return;
+    }
     auto& log = *cs.log();
     std::lock_guard<std::mutex> lock(log.m);
     log.prune_locked();
@@ -710,6 +773,8 @@ class CudaDevice : public Device {
     return {};
   }
 
+  bool capturing_ = false;                  // between begin_capture and end_capture (host thread)
+  std::vector<GraphValueOp> capture_values_; // the capture's writes and waits, in order
   int ordinal_;
   std::string name_;
   std::string ipc_reason_;
@@ -746,6 +811,139 @@ std::string describe_timeout(CudaDevice& dev, double seconds, const char* what) 
   return os.str();
 }
 
+bool device_capturing(const CudaDevice* dev) { return dev->capturing(); }
+
+// A captured layer: the CUDA graph, its executable, and its write/wait nodes in the
+// order of the capture's writes and waits, updated before a launch whose values differ.
+class CudaGraph final : public Graph {
+ public:
+  struct ValueNode {
+    CUgraphNode node = nullptr;
+    std::vector<CUstreamBatchMemOpParams> params;  // the node's operations
+    size_t index = 0;                              // which of them is this value
+    unsigned flags = 0;
+    CUcontext ctx = nullptr;
+  };
+  CudaGraph(cudaGraph_t g, cudaGraphExec_t exec, cudaStream_t origin, std::shared_ptr<WaitLog> log,
+            std::vector<GraphValueOp> values, std::vector<ValueNode> nodes)
+      : graph_(g), exec_(exec), origin_(origin), log_(std::move(log)), values_(std::move(values)),
+        nodes_(std::move(nodes)), current_(values_) {}
+  ~CudaGraph() override {
+    cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+  }
+  const std::vector<GraphValueOp>& value_ops() const override { return values_; }
+
+  void launch(Stream& origin, const std::vector<GraphValueOp>& values) override {
+    cudaStream_t cs = cuda_stream(origin).get();
+    UIPC_CHECK(cs == origin_, "graph launch: not the stream the graph was captured on");
+    UIPC_CHECK(values.size() == values_.size(), "graph launch: " + std::to_string(values.size()) + " values for " +
+                                                    std::to_string(values_.size()) + " captured writes and waits");
+    const auto& api = driver_api().graph;
+    for (size_t i = 0; i < values.size(); ++i) {
+      UIPC_CHECK(values[i].wait == values_[i].wait && values[i].addr == values_[i].addr,
+                 "graph launch: value " + std::to_string(i) + " is not for the captured word");
+      if (values[i].value == current_[i].value) continue;
+      ValueNode& n = nodes_[i];
+      CUstreamBatchMemOpParams& p = n.params[n.index];
+      if (values[i].wait)
+        p.waitValue.value64 = values[i].value;
+      else
+        p.writeValue.value64 = values[i].value;
+      CUDA_BATCH_MEM_OP_NODE_PARAMS np{};
+      np.ctx = n.ctx;
+      np.count = static_cast<unsigned>(n.params.size());
+      np.paramArray = n.params.data();
+      np.flags = n.flags;
+      UIPC_CU_CHECK(api.exec_set_memop(reinterpret_cast<CUgraphExec>(exec_), n.node, &np));
+      current_[i].value = values[i].value;
+    }
+    UIPC_CUDA_CHECK(cudaGraphLaunch(exec_, cs));
+    // The watchdog names the graph's waits that have not passed when a stream stalls:
+    // each is passed once the launch is done.
+    std::lock_guard<std::mutex> lock(log_->m);
+    log_->prune_locked();
+    for (const GraphValueOp& v : values) {
+      if (!v.wait) continue;
+      cudaEvent_t passed = log_->take_locked();
+      UIPC_CUDA_CHECK(cudaEventRecord(passed, cs));
+      log_->waits.push_back(PendingWait{v.addr, v.value, v.label, passed});
+    }
+  }
+
+ private:
+  cudaGraph_t graph_;
+  cudaGraphExec_t exec_;
+  cudaStream_t origin_;
+  std::shared_ptr<WaitLog> log_;
+  std::vector<GraphValueOp> values_;
+  std::vector<ValueNode> nodes_;  // [value]
+  std::vector<GraphValueOp> current_;
+};
+
+std::unique_ptr<Graph> CudaDevice::end_capture(Stream& origin) {
+  UIPC_CHECK(capturing_, "end_capture: no graph is being captured");
+  capturing_ = false;
+  std::vector<GraphValueOp> values = std::move(capture_values_);
+  capture_values_.clear();
+  CudaStream& cs = cuda_stream(origin);
+  cudaGraph_t g = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(cs.get(), &g);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (g) cudaGraphDestroy(g);
+    throw RuntimeError(std::string("the CUDA graph capture of a layer failed: ") + cudaGetErrorName(e) + " (" +
+                       cudaGetErrorString(e) + "); run with --graphs off");
+  }
+  struct GraphGuard {
+    cudaGraph_t g;
+    ~GraphGuard() {
+      if (g) cudaGraphDestroy(g);
+    }
+  } guard{g};
+  // The write/wait nodes, matched to the capture's values by operation, word and value.
+  const auto& api = driver_api().graph;
+  size_t count = 0;
+  UIPC_CU_CHECK(api.get_nodes(reinterpret_cast<CUgraph>(g), nullptr, &count));
+  std::vector<CUgraphNode> nodes(count);
+  UIPC_CU_CHECK(api.get_nodes(reinterpret_cast<CUgraph>(g), nodes.data(), &count));
+  std::vector<CudaGraph::ValueNode> found(values.size());
+  std::vector<bool> matched(values.size(), false);
+  size_t memops = 0;
+  for (CUgraphNode n : nodes) {
+    CUgraphNodeType type{};
+    UIPC_CU_CHECK(api.node_type(n, &type));
+    if (type != CU_GRAPH_NODE_TYPE_BATCH_MEM_OP) continue;
+    CUDA_BATCH_MEM_OP_NODE_PARAMS np{};
+    UIPC_CU_CHECK(api.memop_params(n, &np));
+    std::vector<CUstreamBatchMemOpParams> params(np.paramArray, np.paramArray + np.count);
+    for (size_t j = 0; j < params.size(); ++j) {
+      ++memops;
+      const auto op = params[j].operation;
+      const bool wait = op == CU_STREAM_MEM_OP_WAIT_VALUE_64;
+      UIPC_CHECK(wait || op == CU_STREAM_MEM_OP_WRITE_VALUE_64,
+                 "the CUDA graph of a layer holds a memory operation of kind " + std::to_string(op) +
+                     ", which the layer never issues");
+      const CUdeviceptr addr = wait ? params[j].waitValue.address : params[j].writeValue.address;
+      const uint64_t value = wait ? params[j].waitValue.value64 : params[j].writeValue.value64;
+      size_t i = 0;
+      while (i < values.size() && (matched[i] || values[i].wait != wait ||
+                                   reinterpret_cast<CUdeviceptr>(values[i].addr) != addr || values[i].value != value))
+        ++i;
+      UIPC_CHECK(i < values.size(), "the CUDA graph of a layer holds a write or wait that the capture did not issue");
+      matched[i] = true;
+      found[i] = CudaGraph::ValueNode{n, params, j, np.flags, np.ctx};
+    }
+  }
+  UIPC_CHECK(memops == values.size(), "the CUDA graph of a layer holds " + std::to_string(memops) +
+                                          " memory operations for the " + std::to_string(values.size()) +
+                                          " writes and waits captured");
+  cudaGraphExec_t exec = nullptr;
+  UIPC_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+  guard.g = nullptr;
+  return std::make_unique<CudaGraph>(g, exec, cs.get(), cs.log(), std::move(values), std::move(found));
+}
+
 void CudaStream::synchronize() {
   const double limit = dev_->watchdog_seconds();
   if (!poll_until([&] { return query_done(cudaStreamQuery(stream_), "cudaStreamQuery(stream)"); }, limit)) {
@@ -756,7 +954,7 @@ void CudaStream::synchronize() {
 
 void CudaEvent::synchronize() {
   const double limit = dev_->watchdog_seconds();
-  if (!poll_until([&] { return query_done(cudaEventQuery(event_), "cudaEventQuery(event)"); }, limit)) {
+  if (!poll_until([&] { return query_done(cudaEventQuery(get()), "cudaEventQuery(event)"); }, limit)) {
     throw PeerTimeout(describe_timeout(*dev_, limit, "event") + " (" + error_where(__FILE__, __LINE__) + ")");
   }
 }

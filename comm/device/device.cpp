@@ -33,4 +33,14 @@ PeerMapping Device::import_fd(int fd, size_t bytes) {
   throw RuntimeError("import_fd: not supported on this device (" + name() + ")");
 }
 
+void Device::begin_capture(Stream& origin) {
+  (void)origin;
+  throw RuntimeError("begin_capture: graphs are " + graph_ineligible_reason() + " (" + name() + ")");
+}
+
+std::unique_ptr<Graph> Device::end_capture(Stream& origin) {
+  (void)origin;
+  throw RuntimeError("end_capture: graphs are " + graph_ineligible_reason() + " (" + name() + ")");
+}
+
 }  // namespace uipc

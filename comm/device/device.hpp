@@ -121,6 +121,30 @@ struct WaitLabel {
   std::string what;       // e.g. "ready epoch of group 7 (tags V,Q,K)"
 };
 
+// A 64-bit write or wait of a captured graph (Device::begin_capture), with the value it
+// takes at one launch: the epoch handshake's values change every layer, so a graph is
+// never launched with the values it was captured with unless they are the same.
+struct GraphValueOp {
+  bool wait = false;             // wait_value64_geq (else write_value64)
+  const uint64_t* addr = nullptr;
+  uint64_t value = 0;
+  WaitLabel label;               // waits: what the watchdog names
+};
+
+// A layer's stream work captured once (CUDA graphs on the GPU; the op list on the host
+// device) and launched again and again: one host call instead of one per operation.
+class Graph {
+ public:
+  virtual ~Graph() = default;
+  // The captured writes and waits, in the order they were issued.
+  virtual const std::vector<GraphValueOp>& value_ops() const = 0;
+  // Launches the graph on `origin` (the stream its capture began on), every write and
+  // wait taking values[i] (same order and addresses as value_ops(); checked). Every wait
+  // stays bounded by the watchdog: a stream held by one fails its synchronize() with a
+  // PeerTimeout naming it.
+  virtual void launch(Stream& origin, const std::vector<GraphValueOp>& values) = 0;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -178,6 +202,17 @@ class Device {
   // watchdog: if it does not happen within the timeout, the stream fails with a
   // PeerTimeout naming `label`.
   virtual void wait_value64_geq(Stream& s, const uint64_t* addr, uint64_t v, const WaitLabel& label) = 0;
+
+  // --- graphs
+  // Why this device cannot capture graphs ("" = it can).
+  virtual std::string graph_ineligible_reason() { return "not supported on this device"; }
+  // From here to end_capture(), the stream work issued on `origin`, and on every stream
+  // that joins it through stream_wait_event, is recorded, not run. The work must join
+  // back into `origin` before end_capture; no host synchronization may happen in between.
+  virtual void begin_capture(Stream& origin);
+  // The captured work as a graph, ready to launch. Throws RuntimeError naming what broke
+  // the capture (the device is out of capture mode either way).
+  virtual std::unique_ptr<Graph> end_capture(Stream& origin);
 
   // --- IPC eligibility
   // Why this device cannot take part in the IPC transport ("" = it can).

@@ -330,10 +330,63 @@ bool wait_with_progress(StreamState& st, std::unique_lock<std::mutex>& lk, Clock
   return true;
 }
 
+class HostStreamImpl;
+class HostEvent;
+
+// A graph being captured on the host device: the op list, in issue order. Plain work
+// (copies, memsets, kernels) is kept as its task and submitted again at each launch;
+// event records, event waits and the 64-bit writes and waits are issued again through
+// the device, so that each launch makes its own event records and takes its own values.
+//
+// The rules of a CUDA stream capture hold here too, so that simulation mode fails where
+// a GPU would: a stream takes part only after it waited on an event recorded in the
+// capture (the origin from the start), and every stream's work must join back into the
+// origin (through events the origin, or a stream it joins, waits on) before the end.
+struct HostCapture {
+  enum class Kind { kTask, kRecord, kWaitEvent, kValue };
+  struct Entry {
+    Kind kind = Kind::kTask;
+    HostStreamImpl* stream = nullptr;
+    Task task;                  // kTask
+    HostEvent* event = nullptr; // kRecord, kWaitEvent
+    size_t value = 0;           // kValue: index into values
+    // kWaitEvent on an event recorded in this capture: that record's stream and entry.
+    const HostStreamImpl* joins = nullptr;
+    size_t joins_entry = 0;
+  };
+  std::atomic<bool> active{false};
+  HostStreamImpl* origin = nullptr;
+  std::vector<Entry> entries;
+  std::vector<GraphValueOp> values;
+  std::vector<const HostStreamImpl*> joined;                         // streams in the capture
+  std::vector<std::pair<const HostEvent*, size_t>> records;          // event -> its last record's entry
+  std::string broken;                                                // the first rule broken
+
+  void add(Entry e, const char* what) {
+    const bool in = std::find(joined.begin(), joined.end(), e.stream) != joined.end();
+    if (e.kind == Kind::kWaitEvent) {
+      for (auto it = records.rbegin(); it != records.rend(); ++it)
+        if (it->first == e.event) {
+          e.joins = entries[it->second].stream;
+          e.joins_entry = it->second;
+          break;
+        }
+      if (e.joins && !in) joined.push_back(e.stream);
+    } else if (!in && broken.empty()) {
+      broken = std::string(what) + " on a stream that has not joined the capture (it must first wait on an event "
+                                   "recorded in it)";
+    }
+    if (e.kind == Kind::kRecord) records.emplace_back(e.event, entries.size());
+    entries.push_back(std::move(e));
+  }
+  // The first entry that does not join back into the origin ("" when all do).
+  std::string unjoined() const;
+};
+
 class HostStreamImpl final : public HostStream {
  public:
-  HostStreamImpl(const Device& device, int id, StreamPriority priority)
-      : device_(device), priority_(priority), state_(std::make_shared<StreamState>()) {
+  HostStreamImpl(const Device& device, int id, StreamPriority priority, std::shared_ptr<HostCapture> capture)
+      : device_(device), priority_(priority), state_(std::make_shared<StreamState>()), capture_(std::move(capture)) {
     state_->description = "stream " + std::to_string(id) +
                           (priority == StreamPriority::kHigh ? " (high priority)" : " (normal priority)");
     state_->cancel_error =
@@ -377,7 +430,19 @@ class HostStreamImpl final : public HostStream {
     submit(Task{std::move(task), nullptr, what, true});
   }
 
+  // Runs `task` on the worker; while a graph is captured, records it instead.
   void submit(Task task) {
+    if (capturing()) {
+      HostCapture::Entry e;
+      e.stream = this;
+      const char* what = task.what;
+      e.task = std::move(task);
+      capture_->add(std::move(e), what);
+      return;
+    }
+    submit_now(std::move(task));
+  }
+  void submit_now(Task task) {
     {
       std::lock_guard<std::mutex> lk(state_->mu);
       state_->queue.push_back(std::move(task));
@@ -407,11 +472,14 @@ class HostStreamImpl final : public HostStream {
   const std::shared_ptr<StreamState>& state() const { return state_; }
   // Internal waits poll this so that teardown does not wait out their watchdog.
   const std::atomic<bool>& cancel_flag() const { return state_->cancel; }
+  bool capturing() const { return capture_->active.load(std::memory_order_relaxed); }
+  HostCapture& capture() { return *capture_; }
 
  private:
   const Device& device_;
   StreamPriority priority_;  // recorded only: one worker per stream has no priorities
   std::shared_ptr<StreamState> state_;
+  std::shared_ptr<HostCapture> capture_;
   std::thread worker_;
 };
 
@@ -479,6 +547,14 @@ class HostEvent final : public Event {
 
   void record(Stream& s) override {
     HostStreamImpl& stream = impl_of(s);
+    if (stream.capturing()) {
+      HostCapture::Entry e;
+      e.kind = HostCapture::Kind::kRecord;
+      e.stream = &stream;
+      e.event = this;
+      stream.capture().add(std::move(e), "an event record");
+      return;
+    }
     auto rec = std::make_shared<EventRecord>();
     rec->stream = stream.description();
     rec->stream_state = stream.state();
@@ -487,8 +563,8 @@ class HostEvent final : public Event {
       rec->generation = ++generation_;
       latest_ = rec;
     }
-    stream.submit(Task{[rec] { rec->complete(nullptr); }, [rec](const std::exception_ptr& e) { rec->complete(e); },
-                       "event record"});
+    stream.submit_now(Task{[rec] { rec->complete(nullptr); }, [rec](const std::exception_ptr& e) { rec->complete(e); },
+                           "event record"});
   }
 
   bool query() override {
@@ -666,7 +742,7 @@ class HostDevice final : public Device {
   }
 
   std::unique_ptr<Stream> create_stream(StreamPriority p) override {
-    auto stream = std::make_unique<HostStreamImpl>(*this, next_stream_id_.fetch_add(1) + 1, p);
+    auto stream = std::make_unique<HostStreamImpl>(*this, next_stream_id_.fetch_add(1) + 1, p, capture_);
     std::lock_guard<std::mutex> lk(streams_mu_);
     streams_.erase(std::remove_if(streams_.begin(), streams_.end(), [](const auto& w) { return w.expired(); }),
                    streams_.end());
@@ -676,8 +752,30 @@ class HostDevice final : public Device {
 
   std::unique_ptr<Event> create_event() override { return std::make_unique<HostEvent>(*this); }
 
+  // --- graphs: the op list, recorded once and issued again at each launch
+  std::string graph_ineligible_reason() override { return ""; }
+  void begin_capture(Stream& origin) override {
+    UIPC_CHECK(!capture_->active, "begin_capture: a graph is already being captured");
+    capture_->origin = &impl_of(origin);
+    capture_->entries.clear();
+    capture_->values.clear();
+    capture_->records.clear();
+    capture_->joined = {capture_->origin};
+    capture_->broken.clear();
+    capture_->active = true;
+  }
+  std::unique_ptr<Graph> end_capture(Stream& origin) override;
+
   void stream_wait_event(Stream& s, Event& e) override {
     HostStreamImpl& stream = impl_of(s);
+    if (stream.capturing()) {
+      HostCapture::Entry entry;
+      entry.kind = HostCapture::Kind::kWaitEvent;
+      entry.stream = &stream;
+      entry.event = &impl_of(e);
+      stream.capture().add(std::move(entry), "an event wait");
+      return;
+    }
     auto rec = impl_of(e).latest();
     if (!rec) return;  // never recorded: nothing to wait for
     auto timeout = to_duration(watchdog_seconds());
@@ -685,7 +783,7 @@ class HostDevice final : public Device {
     int rank = error_rank();
     const std::atomic<bool>* cancel = &stream.cancel_flag();
     std::string waiter = stream.description();
-    stream.submit(Task{[rec, timeout, watchdog_s, rank, cancel, waiter] {
+    stream.submit_now(Task{[rec, timeout, watchdog_s, rank, cancel, waiter] {
                          if (!wait_for_record(*rec, timeout, cancel)) {
                            throw PeerTimeout("rank " + std::to_string(rank) + ": " + waiter + " waited " +
                                              format_seconds(watchdog_s) + " for event record #" +
@@ -749,6 +847,7 @@ class HostDevice final : public Device {
 
   void write_value64(Stream& s, uint64_t* addr, uint64_t v) override {
     check_word_address(addr, "write_value64");
+    if (capture_value(s, GraphValueOp{false, addr, v, {}})) return;
     impl_of(s).submit(Task{[addr, v] {
                              // Release: the stream's earlier copies are visible to whoever
                              // acquires this value, in this process or another.
@@ -760,6 +859,7 @@ class HostDevice final : public Device {
 
   void wait_value64_geq(Stream& s, const uint64_t* addr, uint64_t v, const WaitLabel& label) override {
     check_word_address(addr, "wait_value64_geq");
+    if (capture_value(s, GraphValueOp{true, addr, v, label})) return;
     HostStreamImpl& stream = impl_of(s);
     auto timeout = to_duration(watchdog_seconds());
     double watchdog_s = watchdog_seconds();
@@ -952,12 +1052,113 @@ class HostDevice final : public Device {
     std::memcpy(dst, src, bytes);
   }
 
+  // While a graph is captured: the write or wait goes into its op list (true).
+  bool capture_value(Stream& s, GraphValueOp op) {
+    HostStreamImpl& stream = impl_of(s);
+    if (!stream.capturing()) return false;
+    HostCapture& cap = stream.capture();
+    HostCapture::Entry e;
+    e.kind = HostCapture::Kind::kValue;
+    e.stream = &stream;
+    e.value = cap.values.size();
+    const char* what = op.wait ? "a 64-bit wait" : "a 64-bit write";
+    cap.values.push_back(std::move(op));
+    cap.add(std::move(e), what);
+    return true;
+  }
+
   int rank_;
   bool untouched_;  // memory is not reserved or touched up front (--mode model)
+  std::shared_ptr<HostCapture> capture_ = std::make_shared<HostCapture>();
   std::atomic<int> next_stream_id_{0};
   std::mutex streams_mu_;
   std::vector<std::weak_ptr<StreamState>> streams_;  // of every stream made, while it lives
 };
+
+// A captured op list of the host device, issued again at each launch.
+class HostGraph final : public Graph {
+ public:
+  HostGraph(Device& dev, Stream& origin, std::vector<HostCapture::Entry> entries, std::vector<GraphValueOp> values)
+      : dev_(dev), origin_(origin), entries_(std::move(entries)), values_(std::move(values)) {}
+  const std::vector<GraphValueOp>& value_ops() const override { return values_; }
+  void launch(Stream& origin, const std::vector<GraphValueOp>& values) override {
+    UIPC_CHECK(&origin == &origin_, "graph launch: not the stream the graph was captured on");
+    UIPC_CHECK(values.size() == values_.size(), "graph launch: " + std::to_string(values.size()) + " values for " +
+                                                    std::to_string(values_.size()) + " captured writes and waits");
+    for (size_t i = 0; i < values.size(); ++i)
+      UIPC_CHECK(values[i].wait == values_[i].wait && values[i].addr == values_[i].addr,
+                 "graph launch: value " + std::to_string(i) + " is not for the captured word");
+    for (const HostCapture::Entry& e : entries_) {
+      switch (e.kind) {
+        case HostCapture::Kind::kTask: e.stream->submit_now(e.task); break;
+        case HostCapture::Kind::kRecord: e.event->record(*e.stream); break;
+        case HostCapture::Kind::kWaitEvent: dev_.stream_wait_event(*e.stream, *e.event); break;
+        case HostCapture::Kind::kValue: {
+          const GraphValueOp& v = values[e.value];
+          if (v.wait)
+            dev_.wait_value64_geq(*e.stream, v.addr, v.value, v.label);
+          else
+            dev_.write_value64(*e.stream, const_cast<uint64_t*>(v.addr), v.value);
+          break;
+        }
+      }
+    }
+  }
+
+ private:
+  Device& dev_;
+  Stream& origin_;
+  std::vector<HostCapture::Entry> entries_;
+  std::vector<GraphValueOp> values_;
+};
+
+std::string HostCapture::unjoined() const {
+  // How far each stream's work is waited on from the origin's end, to a fixed point.
+  std::vector<std::pair<const HostStreamImpl*, size_t>> upto{{origin, entries.size()}};
+  auto reach = [&](const HostStreamImpl* s) -> const size_t* {
+    for (auto& [st, n] : upto)
+      if (st == s) return &n;
+    return nullptr;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const Entry& e = entries[i];
+      const size_t* r = reach(e.stream);
+      if (e.kind != Kind::kWaitEvent || !e.joins || !r || i > *r) continue;
+      const size_t* j = reach(e.joins);
+      if (!j) {
+        upto.emplace_back(e.joins, e.joins_entry);
+        changed = true;
+      } else if (*j < e.joins_entry) {
+        const_cast<size_t&>(*j) = e.joins_entry;
+        changed = true;
+      }
+    }
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const size_t* r = reach(entries[i].stream);
+    if (!r || i > *r)
+      return "operation " + std::to_string(i) + " of the capture (" + entries[i].stream->description() +
+             ") does not join back into the stream the capture began on";
+  }
+  return {};
+}
+
+std::unique_ptr<Graph> HostDevice::end_capture(Stream& origin) {
+  UIPC_CHECK(capture_->active && capture_->origin == &impl_of(origin),
+             "end_capture: no graph is being captured on this stream");
+  capture_->active = false;
+  std::string broken = capture_->broken;
+  if (broken.empty()) broken = capture_->unjoined();
+  capture_->origin = nullptr;
+  if (!broken.empty()) {
+    capture_->entries.clear();
+    capture_->values.clear();
+    throw RuntimeError("the graph capture of a layer failed: " + broken + "; run with --graphs off");
+  }
+  return std::make_unique<HostGraph>(*this, origin, std::move(capture_->entries), std::move(capture_->values));
+}
 
 }  // namespace
 
