@@ -116,6 +116,15 @@ void declare_run_options(CLI::App& app, uipc::RunOptions& o) {
       ->type_name("N")
       ->check(integer_in(1, 4096))
       ->capture_default_str();
+  std::string graphs = o.graphs ? "on" : "off";
+  app.add_option("--graphs", graphs,
+                 "capture each run's layer once as a graph (CUDA graphs; the op list in simulation mode) and replay "
+                 "it every layer, where the transports allow; off: every layer op by op (the ablation no-graphs "
+                 "shows both in one report)")
+      ->type_name("on|off")
+      ->check(one_of({"on", "off"}))
+      ->each([&o](const std::string& v) { o.graphs = v == "on"; })
+      ->capture_default_str();
   std::vector<std::string> ablations = {"none"};
   for (const auto& a : uipc::known_ablations()) ablations.push_back(a);
   app.add_option("--ablations", o.ablations,

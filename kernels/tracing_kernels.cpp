@@ -26,7 +26,8 @@ void TracingKernels::gemm(Stream& s, const void* in, int64_t lda, const void* w,
   const double es = d(static_cast<int64_t>(dtype_size(dtype))), os = d(static_cast<int64_t>(dtype_size(out_dtype)));
   model::Op op = kernel_op(model::KernelKind::kGemm, 2 * d(M) * d(N) * d(K), (d(M) * d(K) + d(K) * d(N)) * es + d(M) * d(N) * os,
                            M, N, K, static_cast<int64_t>(dtype_size(out_dtype)));
-  dev_.record_op(s, op, true, [&](Stream& in_s) { inner_->gemm(in_s, in, lda, w, ldw, out, ldo, M, N, K, dtype, out_dtype); });
+  dev_.record_op(s, op, true, [=, this](Stream& in_s) { inner_->gemm(in_s, in, lda, w, ldw, out, ldo, M, N, K, dtype, out_dtype); },
+                 op_key(in, lda, w, ldw, out, ldo, M, N, K, dtype, out_dtype));
 }
 
 void TracingKernels::norm_rope(Stream& s, const QkView& x, DType dtype, const NormRopeParams& p) {
@@ -34,7 +35,10 @@ void TracingKernels::norm_rope(Stream& s, const QkView& x, DType dtype, const No
   const double bytes = 2 * d(rows) * d(x.heads) * d(x.head_dim) * d(static_cast<int64_t>(dtype_size(dtype)));
   model::Op op = kernel_op(model::KernelKind::kNormRope, 0, bytes, rows, x.heads, x.head_dim,
                            model::norm_rope_code(static_cast<int>(p.norm), static_cast<int>(dtype)));
-  dev_.record_op(s, op, true, [&](Stream& in_s) { inner_->norm_rope(in_s, x, dtype, p); });
+  dev_.record_op(s, op, true, [=, this](Stream& in_s) { inner_->norm_rope(in_s, x, dtype, p); },
+                 op_key(x.data, x.row_pitch, x.batch, x.tokens_per_batch, x.pos_offset, x.heads, x.head_dim, x.out.data,
+                        x.out.head_begin, x.out.head_count, x.out.row_pitch, x.out.batch_pitch, dtype, p.norm, p.rope,
+                        p.eps, p.rope_theta, p.gamma, p.beta));
 }
 
 void TracingKernels::attention(Stream& s, const void* q, const void* k, const void* v, void* o, int64_t batch,
@@ -43,13 +47,15 @@ void TracingKernels::attention(Stream& s, const void* q, const void* k, const vo
   const double bytes = 4 * d(batch) * d(seq) * d(heads) * d(head_dim) * d(static_cast<int64_t>(dtype_size(dtype)));
   model::Op op = kernel_op(model::KernelKind::kAttention, flops, bytes, batch, seq, heads, head_dim);
   dev_.record_op(s, op, true,
-                 [&](Stream& in_s) { inner_->attention(in_s, q, k, v, o, batch, seq, heads, head_dim, dtype, scale); });
+                 [=, this](Stream& in_s) { inner_->attention(in_s, q, k, v, o, batch, seq, heads, head_dim, dtype, scale); },
+                 op_key(q, k, v, o, batch, seq, heads, head_dim, dtype, scale));
 }
 
 void TracingKernels::convert_from_f32(Stream& s, const float* in, void* out, int64_t n, DType dtype) {
   model::Op op = kernel_op(model::KernelKind::kConvert, 0, d(n) * (4 + d(static_cast<int64_t>(dtype_size(dtype)))), n,
                            0, 0, 0);
-  dev_.record_op(s, op, true, [&](Stream& in_s) { inner_->convert_from_f32(in_s, in, out, n, dtype); });
+  dev_.record_op(s, op, true, [=, this](Stream& in_s) { inner_->convert_from_f32(in_s, in, out, n, dtype); },
+                 op_key(in, out, n, dtype));
 }
 
 void TracingKernels::row_change(Stream& s, const void* now, const void* last, DType dtype, int64_t rows,
@@ -57,7 +63,8 @@ void TracingKernels::row_change(Stream& s, const void* now, const void* last, DT
   // Reads both tensors, writes two fp64 sums a row: a memory-bound kernel.
   const double bytes = 2 * d(rows) * d(row_elems) * d(static_cast<int64_t>(dtype_size(dtype))) + 16 * d(rows);
   model::Op op = kernel_op(model::KernelKind::kNone, 0, bytes, rows, row_elems, 0, 0);
-  dev_.record_op(s, op, true, [&](Stream& in_s) { inner_->row_change(in_s, now, last, dtype, rows, row_elems, out); });
+  dev_.record_op(s, op, true, [=, this](Stream& in_s) { inner_->row_change(in_s, now, last, dtype, rows, row_elems, out); },
+                 op_key(now, last, dtype, rows, row_elems, out));
 }
 
 }  // namespace uipc

@@ -10,7 +10,9 @@
 # Sections (STEPS, default all): tests (GPU unit tests), bench (kernel benchmark, and the
 # peer link with two GPUs or more), sanitize (compute-sanitizer), app (the app on one GPU:
 # 1 rank, and 2 and 4 ranks sharing it), ablations (one rank: every transport, schedule
-# and ablation at Ulysses1, and the latency floor), multi (with two GPUs or more: one GPU per rank,
+# and ablation at Ulysses1, and the latency floor), graphs (one GPU: layers replayed as
+# CUDA graphs against op by op, the ablation no-graphs, in the same run: the latency floor,
+# FLUX 1024 and 2048 at Ulysses1, FLUX 1024 at Ulysses2 on two ranks sharing the GPU), multi (with two GPUs or more: one GPU per rank,
 # IPC and VMM against NCCL at Ulysses2 on the model decks, and the 4-rank layouts on the
 # GPUs there are), soak (not in the default list, ~4-5 min: FLUX 1024 for 10,000 layers a
 # run at 1 rank and 2 ranks sharing the GPU, over ipc and vmm, with memory, RSS and fds
@@ -35,7 +37,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 # NVLink multicast can put a shared host's GPUs out of service: never on.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
-STEPS=" ${STEPS:-tests bench sanitize app ablations multi} "
+STEPS=" ${STEPS:-tests bench sanitize app ablations graphs multi} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
 # The GPUs this process may use, and the first of them for the one-GPU sections.
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
@@ -46,6 +48,8 @@ else
   FIRST_GPU=0
 fi
 ONE_GPU=(env CUDA_VISIBLE_DEVICES="$FIRST_GPU")  # a prefix that run_step's `timeout` can exec
+PY=python3
+[ -x /opt/torch/.venv/bin/python ] && PY=/opt/torch/.venv/bin/python
 
 SUMMARY=()
 note() { SUMMARY+=("$(printf '%-44s | %s' "$1" "$2")"); }
@@ -150,7 +154,7 @@ APP_LOG=$LOG/app.log
 APP=build-gpu/app/ulysses-ipc
 mkdir -p "$LOG/reports"
 app_built=0
-if { want app || want ablations || want multi || want soak; } &&
+if { want app || want ablations || want graphs || want multi || want soak; } &&
   run_step "build ulysses-ipc" "$APP_LOG" "${APP_BUILD_LIMIT:-240}" cmake --build build-gpu --target ulysses-ipc -j"$JOBS"; then
   app_built=1
 fi
@@ -204,6 +208,34 @@ if [ $app_built -eq 1 ] && want ablations; then
   app_run floor-u1 1 "$LOG/floor-u1.h5" --quiet
 fi
 
+# --- graphs: every layer after the first steady one replayed as a CUDA graph (the handshake's
+# writes and waits updated each launch), against the same layers op by op (no-graphs) in the
+# same run, on one GPU: the near-empty layer, FLUX 1024 and 2048 at Ulysses1, and FLUX 1024 at
+# Ulysses2 with two ranks sharing the GPU (function only: time-sliced). The table
+# (ulysses-post graphs): layer medians of both, op-by-op / graphs, host enqueue time.
+if [ $app_built -eq 1 ] && want graphs; then
+  GR=$LOG/graphs
+  mkdir -p "$GR"
+  "$APP" deck new --name floor --seq-len 256 --heads 8 --head-dim 64 --dtype bf16 --ulysses 1 \
+    --transports nccl,ipc,vmm --schedules baseline,v-first --ablations no-graphs --warmup 20 --iterations 200 \
+    --repeats 3 -o "$GR/floor-u1.h5" >>"$APP_LOG" 2>&1
+  app_run graphs-floor-u1 1 "$GR/floor-u1.h5" --quiet
+  for preset in flux-dev-1024 flux-dev-2048; do
+    "$APP" deck new --preset "$preset" --name "$preset.u2" --ulysses 1 --transports nccl,ipc,vmm \
+      --schedules v-first,v-first-split --ablations no-graphs --warmup 5 --iterations 50 --repeats 2 \
+      -o "$GR/$preset-u1.h5" >>"$APP_LOG" 2>&1
+    app_run "graphs-$preset-u1" 1 "$GR/$preset-u1.h5" --quiet
+  done
+  "$APP" deck new --preset flux-dev-1024 --name flux-dev-1024.u2 --transports ipc,vmm --schedules v-first \
+    --ablations no-graphs --warmup 3 --iterations 20 --repeats 2 -o "$GR/flux-dev-1024-u2.h5" >>"$APP_LOG" 2>&1
+  app_run graphs-flux-dev-1024-np2-shared 2 "$GR/flux-dev-1024-u2.h5" --allow-shared-gpu --gather ipc --quiet
+  for r in "$LOG"/reports/graphs-*.h5; do
+    [ -f "$r" ] || continue
+    echo "$(basename "$r" .h5):"
+    PYTHONPATH=$ROOT/postprocess "$PY" -m ulysses_post graphs "$r"
+  done >"$LOG/graphs-table.txt" 2>&1
+fi
+
 # --- several GPUs: one GPU per rank. Each model deck is rewritten to compare nccl, ipc
 # and vmm under all three schedules; the cases whose layout fits the rank count run
 # (Ulysses2 at 2 ranks; Ulysses4 and TP2+Ulysses2 at 4; Ulysses8 at 8). Where the GPUs
@@ -246,8 +278,6 @@ if [ $app_built -eq 1 ] && want multi && [ "$NGPU" -ge 2 ]; then
   done
 fi
 
-PY=python3
-[ -x /opt/torch/.venv/bin/python ] && PY=/opt/torch/.venv/bin/python
 
 # --- the soak: one run per rank count and transport, every rank on the first visible GPU
 # (two ranks share it: time-sliced, so their layer times are functional evidence only).
@@ -318,6 +348,11 @@ fi
     echo
     echo "app runs (median ms per stage; shared-GPU runs are functional evidence only)"
     cat "$LOG/app-table.txt"
+  fi
+  if [ -s "$LOG/graphs-table.txt" ]; then
+    echo
+    echo "graphs against op by op, same run (layer median ms; speedup = op-by-op / graphs; enqueue: rank 0's host ms)"
+    cat "$LOG/graphs-table.txt"
   fi
   if [ -s "$SOAK_DIR/soak-table.txt" ]; then
     echo

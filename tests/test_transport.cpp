@@ -779,6 +779,7 @@ class RecordingCollectives : public Collectives {
   void all_reduce_sum_f32(Stream& s, float* buf, size_t n) override { inner_->all_reduce_sum_f32(s, buf, n); }
   std::unique_ptr<RegisteredBuffer> alloc_registered(size_t bytes) override { return inner_->alloc_registered(bytes); }
   std::string copy_engine_note() const override { return inner_->copy_engine_note(); }
+  std::string graph_ineligible_reason() const override { return inner_->graph_ineligible_reason(); }
 
  private:
   std::unique_ptr<Collectives> inner_;

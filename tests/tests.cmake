@@ -7,6 +7,9 @@ ulysses_add_test(test_simulator SOURCES test_simulator.cpp LIBS ulysses_model LA
 target_compile_definitions(test_simulator PRIVATE ULYSSES_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 ulysses_add_test(test_layout SOURCES test_layout.cpp LIBS ulysses_lib LABELS unit)
 ulysses_add_test(test_transport SOURCES test_transport.cpp LIBS ulysses_comm ulysses_kernels LABELS protocol NP 1 2 4)
+# Graphs: the host device's captured op lists, and layers replayed through the recording
+# decorator over the ipc and vmm protocols (tests/test_graphs.cpp).
+ulysses_add_test(test_graphs SOURCES test_graphs.cpp LIBS ulysses_comm LABELS protocol NP 1 2 4)
 ulysses_add_test(test_tracing SOURCES test_tracing.cpp LIBS ulysses_comm ulysses_model LABELS protocol NP 2 4)
 target_compile_definitions(test_tracing PRIVATE ULYSSES_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 ulysses_add_test(test_deck SOURCES test_deck.cpp LIBS ulysses_cli ulysses_lib ${HDF5_C_LIBRARIES} LABELS unit)

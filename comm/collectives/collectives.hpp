@@ -57,6 +57,9 @@ class Collectives {
   // Why an all_to_all between registered buffers does not run on copy engines ("": it
   // does, as far as the library lets us tell).
   virtual std::string copy_engine_note() const = 0;
+  // Why these collectives cannot be captured into a graph ("" = they can): MPI's are
+  // staged through the host.
+  virtual std::string graph_ineligible_reason() const = 0;
 };
 
 // MPI over `comm` (duplicated; the caller keeps its own), staged through host memory

@@ -90,6 +90,9 @@ class MpiCollectives : public Collectives {
   std::unique_ptr<RegisteredBuffer> alloc_registered(size_t bytes) override {
     return plain_registered_buffer(dev_, bytes);
   }
+  std::string graph_ineligible_reason() const override {
+    return "MPI collectives (simulated NCCL) are staged through the host";
+  }
   std::string copy_engine_note() const override {
     return "MPI collectives (simulation mode, or ranks sharing a GPU): staged through host memory, no copy engines";
   }

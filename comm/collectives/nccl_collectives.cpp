@@ -223,6 +223,7 @@ class NcclCollectives : public Collectives {
   std::unique_ptr<RegisteredBuffer> alloc_registered(size_t bytes) override {
     return std::make_unique<NcclWindow>(comm_, bytes, [this](ncclResult_t r, const char* what) { completed(r, what); });
   }
+  std::string graph_ineligible_reason() const override { return ""; }
   std::string copy_engine_note() const override {
     // What NCCL 2.28 needs for its copy-engine all-to-all (enqueue.cc, ceCollTaskAppend):
     // the zero-CTA policy, 2+ ranks, symmetric windows on both sides, and "symmetric

@@ -28,9 +28,12 @@ class TracingCollectives final : public Collectives {
 
   void all_to_all(Stream& s, const void* send, void* recv, size_t bytes_per_peer) override {
     model::Op op = collective(model::CollectiveKind::kAllToAll, static_cast<double>(bytes_per_peer));
-    dev_.record_op(s, op, false, [&](Stream& in) {
-      inner_->all_to_all(in, send, recv, dev_.elides_data() ? std::min<size_t>(bytes_per_peer, 8) : bytes_per_peer);
-    });
+    dev_.record_op(
+        s, op, false,
+        [=, this](Stream& in) {
+          inner_->all_to_all(in, send, recv, dev_.elides_data() ? std::min<size_t>(bytes_per_peer, 8) : bytes_per_peer);
+        },
+        op_key(send, recv, bytes_per_peer));
   }
 
   void send_recv(Stream& s, const std::vector<PeerTransfer>& transfers) override {
@@ -38,7 +41,9 @@ class TracingCollectives final : public Collectives {
     for (const auto& t : transfers) sent += static_cast<double>(t.send_bytes);
     model::Op op = collective(model::CollectiveKind::kSendRecv, sent);
     op.dims[1] = static_cast<int64_t>(transfers.size());
-    dev_.record_op(s, op, false, [&](Stream& in) {
+    uint64_t key = op_key(transfers.size());
+    for (const auto& t : transfers) key = op_key(key, t.peer, t.send, t.send_bytes, t.recv, t.recv_bytes);
+    dev_.record_op(s, op, false, [this, transfers](Stream& in) {
       if (!dev_.elides_data()) return inner_->send_recv(in, transfers);
       std::vector<PeerTransfer> small = transfers;  // the same pattern, 8 bytes a message
       for (auto& t : small) {
@@ -46,16 +51,18 @@ class TracingCollectives final : public Collectives {
         t.recv_bytes = std::min<size_t>(t.recv_bytes, 8);
       }
       inner_->send_recv(in, small);
-    });
+    }, key);
   }
 
   std::unique_ptr<RegisteredBuffer> alloc_registered(size_t bytes) override { return inner_->alloc_registered(bytes); }
   std::string copy_engine_note() const override { return inner_->copy_engine_note(); }
+  std::string graph_ineligible_reason() const override { return inner_->graph_ineligible_reason(); }
 
   void all_reduce_sum_f32(Stream& s, float* buf, size_t n) override {
     model::Op op = collective(model::CollectiveKind::kAllReduce, static_cast<double>(n * sizeof(float)));
     dev_.record_op(s, op, false,
-                   [&](Stream& in) { inner_->all_reduce_sum_f32(in, buf, dev_.elides_data() ? std::min<size_t>(n, 2) : n); });
+                   [=, this](Stream& in) { inner_->all_reduce_sum_f32(in, buf, dev_.elides_data() ? std::min<size_t>(n, 2) : n); },
+                   op_key(buf, n));
   }
 
  private:

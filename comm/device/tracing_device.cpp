@@ -48,7 +48,10 @@ class TracingEvent final : public Event {
  public:
   TracingEvent(TracingDevice& dev, std::unique_ptr<Event> inner) : dev_(dev), inner_(std::move(inner)) {}
   void record(Stream& s) override { dev_.on_event_record(*inner_, s, last_op_, generation_); }
-  bool query() override { return inner_->query(); }
+  bool query() override {
+    dev_.on_event_query();
+    return inner_->query();
+  }
   void synchronize() override {
     dev_.on_event_sync(last_op_, generation_);
     inner_->synchronize();
@@ -120,36 +123,42 @@ void TracingDevice::set_export_id(const void* ptr, uint64_t id) {
 }
 
 DeviceBuffer TracingDevice::alloc(size_t bytes, bool exportable) {
+  note_host_call("an allocation");
   DeviceBuffer b = inner_->alloc(bytes, exportable);
   note_region(b.get(), bytes, 0, model::Via::kLocal);
   return b;
 }
 
 DeviceBuffer TracingDevice::alloc_fd_shareable(size_t bytes) {
+  note_host_call("an allocation");
   DeviceBuffer b = inner_->alloc_fd_shareable(bytes);
   note_region(b.get(), bytes, 0, model::Via::kLocal);
   return b;
 }
 
 IpcHandle TracingDevice::export_handle(const DeviceBuffer& buf) {
+  note_host_call("an export");
   IpcHandle h = inner_->export_handle(buf);
   set_export_id(buf.get(), fnv1a(h.bytes.data(), h.bytes.size()));
   return h;
 }
 
 PeerMapping TracingDevice::open_handle(const IpcHandle& h, size_t bytes) {
+  note_host_call("a mapping");
   PeerMapping m = inner_->open_handle(h, bytes);
   note_region(m.get(), bytes, fnv1a(h.bytes.data(), h.bytes.size()), model::Via::kIpcHandle);
   return m;
 }
 
 int TracingDevice::export_fd(const DeviceBuffer& buf) {
+  note_host_call("an export");
   const int fd = inner_->export_fd(buf);
   set_export_id(buf.get(), fd_identity(fd, buf.bytes()));
   return fd;
 }
 
 PeerMapping TracingDevice::import_fd(int fd, size_t bytes) {
+  note_host_call("a mapping");
   const uint64_t id = fd_identity(fd, bytes);  // before the wrapped device takes (and closes) it
   PeerMapping m = inner_->import_fd(fd, bytes);
   note_region(m.get(), bytes, id, model::Via::kFileDescriptor);
@@ -159,6 +168,7 @@ PeerMapping TracingDevice::import_fd(int fd, size_t bytes) {
 // --- streams and events
 
 std::unique_ptr<Stream> TracingDevice::create_stream(StreamPriority p) {
+  note_host_call("the creation of a stream");
   const int index = static_cast<int>(streams_.size());
   streams_.push_back(model::StreamInfo{p == StreamPriority::kHigh});
   last_op_of_stream_.push_back(model::kNoOp);
@@ -166,6 +176,7 @@ std::unique_ptr<Stream> TracingDevice::create_stream(StreamPriority p) {
 }
 
 std::unique_ptr<Event> TracingDevice::create_event() {
+  note_host_call("the creation of an event");
   return std::make_unique<TracingEvent>(*this, inner_->create_event());
 }
 
@@ -181,8 +192,25 @@ int TracingDevice::append(Stream* s, model::Op op) {
   return index;
 }
 
-void TracingDevice::record_op(Stream& s, model::Op op, bool data_work, const std::function<void(Stream&)>& run) {
+void TracingDevice::record_op(Stream& s, model::Op op, bool data_work, std::function<void(Stream&)> run, uint64_t key,
+                              const GraphValueOp* value) {
   Stream& in = inner_stream(s);
+  if (window_ == Window::kCapture || window_ == Window::kReplay) {
+    key = op_key(key, tracing_stream(s).index(), op.kind, op.kernel, op.collective);
+    if (window_ == Window::kCapture) {
+      keys_.push_back(key);
+    } else if (!diverged_) {
+      if (replay_pos_ < replay_->keys.size() && replay_->keys[replay_pos_] == key) {
+        ++replay_pos_;
+        if (value) held_values_.push_back(*value);
+        held_.emplace_back(&in, std::move(run));
+        return;
+      }
+      diverge(replay_pos_ < replay_->keys.size()
+                  ? "operation " + std::to_string(replay_pos_) + " differs from the captured one"
+                  : "the layer issued more operations than the " + std::to_string(replay_->keys.size()) + " captured");
+    }
+  }
   const int index = append(&s, op);
   const bool bracket = index != model::kNoOp && measure_;
   if (bracket) {
@@ -197,13 +225,14 @@ void TracingDevice::on_event_record(Event& inner_event, Stream& s, int& last_op,
   model::Op op;
   op.kind = model::OpKind::kEventRecord;
   int index = model::kNoOp;
-  record_op(s, op, false, [&](Stream& in) { inner_event.record(in); });
+  record_op(s, op, false, [ev = &inner_event](Stream& in) { ev->record(in); }, op_key(&inner_event));
   if (recording_) index = static_cast<int>(trace_.ops.size()) - 1;
   last_op = index;
   generation = recording_ ? generation_ : 0;
 }
 
 void TracingDevice::on_event_sync(int last_op, uint64_t generation) {
+  note_host_call("a host wait for an event");
   model::Op op;
   op.kind = model::OpKind::kHostSync;
   op.waits_for = generation == generation_ ? last_op : model::kNoOp;
@@ -211,6 +240,7 @@ void TracingDevice::on_event_sync(int last_op, uint64_t generation) {
 }
 
 void TracingDevice::on_stream_sync(int stream_index) {
+  note_host_call("a stream synchronization");
   model::Op op;
   op.kind = model::OpKind::kHostSync;
   op.waits_for = last_op_of_stream_[stream_index];
@@ -222,7 +252,9 @@ void TracingDevice::stream_wait_event(Stream& s, Event& e) {
   model::Op op;
   op.kind = model::OpKind::kStreamWaitEvent;
   op.waits_for = te.generation() == generation_ && recording_ ? te.last_op() : model::kNoOp;
-  record_op(s, op, false, [&](Stream& in) { inner_->stream_wait_event(in, te.inner()); });
+  Event* inner_event = &te.inner();
+  record_op(s, op, false, [this, inner_event](Stream& in) { inner_->stream_wait_event(in, *inner_event); },
+            op_key(inner_event));
 }
 
 double TracingDevice::elapsed_ms(Event& start, Event& end) {
@@ -251,15 +283,18 @@ model::Op TracingDevice::copy_op(void* dst, const void* src, size_t width, size_
 void TracingDevice::copy_2d(Stream& s, void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
                             size_t width_bytes, size_t height) {
   record_op(s, copy_op(dst, src, width_bytes, height), true,
-            [&](Stream& in) { inner_->copy_2d(in, dst, dst_pitch, src, src_pitch, width_bytes, height); });
+            [=, this](Stream& in) { inner_->copy_2d(in, dst, dst_pitch, src, src_pitch, width_bytes, height); },
+            op_key(dst, dst_pitch, src, src_pitch, width_bytes, height));
 }
 
 void TracingDevice::copy_2d_batch(Stream& s, const std::vector<Copy2DOp>& ops) {
   if (ops.empty()) return;
   // The batch's first copy is recorded (and bracketed) around the one wrapped call; the
   // others follow it in the trace, and take its measured times in end_trace().
+  uint64_t key = op_key(ops.size());
+  for (const Copy2DOp& o : ops) key = op_key(key, o.dst, o.dst_pitch, o.src, o.src_pitch, o.width, o.height);
   record_op(s, copy_op(ops[0].dst, ops[0].src, ops[0].width, ops[0].height), true,
-            [&](Stream& in) { inner_->copy_2d_batch(in, ops); });
+            [this, ops](Stream& in) { inner_->copy_2d_batch(in, ops); }, key);
   for (size_t i = 1; i < ops.size(); ++i) {
     model::Op op = copy_op(ops[i].dst, ops[i].src, ops[i].width, ops[i].height);
     op.dims[2] = static_cast<int64_t>(i);
@@ -271,7 +306,7 @@ void TracingDevice::memset(Stream& s, void* dst, int byte, size_t bytes) {
   model::Op op;
   op.kind = model::OpKind::kMemset;
   op.bytes = static_cast<double>(bytes);
-  record_op(s, op, true, [&](Stream& in) { inner_->memset(in, dst, byte, bytes); });
+  record_op(s, op, true, [=, this](Stream& in) { inner_->memset(in, dst, byte, bytes); }, op_key(dst, byte, bytes));
 }
 
 namespace {
@@ -291,7 +326,8 @@ void TracingDevice::write_value64(Stream& s, uint64_t* addr, uint64_t v) {
   locate_word(addr, r ? r->id : 0, start, r != nullptr, op);
   if (r) op.dst_via = r->via;
   last_written_[{op.word_mem, op.word_offset}] = v;
-  record_op(s, op, false, [&](Stream& in) { inner_->write_value64(in, addr, v); });
+  const GraphValueOp value{false, addr, v, {}};
+  record_op(s, op, false, [=, this](Stream& in) { inner_->write_value64(in, addr, v); }, op_key(addr), &value);
 }
 
 void TracingDevice::wait_value64_geq(Stream& s, const uint64_t* addr, uint64_t v, const WaitLabel& label) {
@@ -302,7 +338,9 @@ void TracingDevice::wait_value64_geq(Stream& s, const uint64_t* addr, uint64_t v
   uintptr_t start = 0;
   const Region* r = region_of(addr, &start);
   locate_word(addr, r ? r->id : 0, start, r != nullptr, op);
-  record_op(s, op, false, [&](Stream& in) { inner_->wait_value64_geq(in, addr, v, label); });
+  const GraphValueOp value{true, addr, v, label};
+  record_op(s, op, false, [=, this](Stream& in) { inner_->wait_value64_geq(in, addr, v, label); }, op_key(addr),
+            &value);
 }
 
 int TracingDevice::group_index(const std::vector<int>& world_ranks) {
@@ -310,6 +348,116 @@ int TracingDevice::group_index(const std::vector<int>& world_ranks) {
     if (groups_[i] == world_ranks) return static_cast<int>(i);
   groups_.push_back(world_ranks);
   return static_cast<int>(groups_.size()) - 1;
+}
+
+// --- graphs
+
+void TracingDevice::note_host_call(const char* what) {
+  switch (window_) {
+    case Window::kNone: return;
+    case Window::kWatch:
+    case Window::kCapture:
+      if (unsteady_.empty()) unsteady_ = what;
+      return;
+    case Window::kReplay:
+      if (!diverged_) diverge(std::string(what) + " after operation " + std::to_string(replay_pos_));
+      return;
+  }
+}
+
+void TracingDevice::diverge(const std::string& why) {
+  diverged_ = true;
+  diverged_why_ = why;
+  auto held = std::move(held_);
+  held_.clear();
+  held_values_.clear();
+  for (auto& [stream, run] : held) run(*stream);
+}
+
+void TracingDevice::begin_watch() {
+  UIPC_CHECK(window_ == Window::kNone && !recording_, "begin_watch: a graph window or a trace is open");
+  window_ = Window::kWatch;
+  unsteady_.clear();
+}
+
+std::string TracingDevice::end_watch() {
+  UIPC_CHECK(window_ == Window::kWatch, "end_watch: no layer is watched");
+  window_ = Window::kNone;
+  return unsteady_;
+}
+
+void TracingDevice::begin_capture_layer(Stream& origin) {
+  UIPC_CHECK(window_ == Window::kNone && !recording_, "begin_capture_layer: a graph window or a trace is open");
+  inner_->begin_capture(inner_stream(origin));
+  window_ = Window::kCapture;
+  capture_origin_ = &origin;
+  unsteady_.clear();
+  keys_.clear();
+}
+
+CapturedLayer TracingDevice::end_capture_layer(Stream& origin) {
+  UIPC_CHECK(window_ == Window::kCapture, "end_capture_layer: no layer is captured");
+  window_ = Window::kNone;
+  CapturedLayer c;
+  c.graph = inner_->end_capture(inner_stream(origin));
+  c.keys = std::move(keys_);
+  keys_.clear();
+  if (!unsteady_.empty())
+    throw RuntimeError("the graph capture of a layer met " + unsteady_ +
+                       ", which a graph cannot hold (the layer before it was steady); run with --graphs off");
+  return c;
+}
+
+void TracingDevice::begin_replay(const CapturedLayer& c) {
+  UIPC_CHECK(window_ == Window::kNone && !recording_, "begin_replay: a graph window or a trace is open");
+  UIPC_CHECK(c.graph != nullptr, "begin_replay: no graph");
+  window_ = Window::kReplay;
+  replay_ = &c;
+  replay_pos_ = 0;
+  diverged_ = false;
+  diverged_why_.clear();
+  held_.clear();
+  held_values_.clear();
+}
+
+bool TracingDevice::end_replay(Stream& origin, std::string* why) {
+  UIPC_CHECK(window_ == Window::kReplay, "end_replay: no layer is replayed");
+  if (!diverged_ && replay_pos_ != replay_->keys.size())
+    diverge("the layer issued " + std::to_string(replay_pos_) + " of the " + std::to_string(replay_->keys.size()) +
+            " captured operations");
+  window_ = Window::kNone;
+  const CapturedLayer* c = replay_;
+  replay_ = nullptr;
+  if (diverged_) {
+    if (why) *why = diverged_why_;
+    return false;
+  }
+  std::vector<GraphValueOp> values = std::move(held_values_);
+  held_.clear();
+  held_values_.clear();
+  c->graph->launch(inner_stream(origin), values);
+  return true;
+}
+
+void TracingDevice::launch(const CapturedLayer& c, Stream& origin) {
+  c.graph->launch(inner_stream(origin), c.graph->value_ops());
+}
+
+void TracingDevice::abandon_window() noexcept {
+  const Window w = window_;
+  window_ = Window::kNone;
+  replay_ = nullptr;
+  held_.clear();
+  held_values_.clear();
+  keys_.clear();
+  if (w == Window::kCapture && capture_origin_) {
+    try {
+      inner_->end_capture(inner_stream(*capture_origin_));
+    } catch (...) {
+      // The layer failed already; its capture is dropped whatever state it is in.
+    }
+  }
+  capture_origin_ = nullptr;
 }
 
 // --- begin and end

@@ -16,6 +16,16 @@
 // GPU (CPU times on the host device). With elide_data on (--mode model), copies,
 // memsets and kernels are recorded but not executed: the protocol's own operations
 // (events, stream waits, 64-bit writes and waits) still run for real.
+//
+// The same funnel carries graphs (lib/run/layer_graph.hpp): a layer captured once by the
+// wrapped device, then replayed. A replayed layer still runs its host logic (the
+// transports' epochs, target lookups and statistics stay exact), but each stream
+// operation it issues is checked against the captured one (its key: kind, stream,
+// memory and sizes; not the 64-bit values) and held back instead of issued. When every
+// operation matched, the graph is launched with the layer's own write and wait values;
+// the first operation that does not match (or a host call a graph cannot stand for: an
+// allocation, a mapping, a synchronization) issues the held ones one by one, in order,
+// and the layer goes on op by op: never a graph that is not the layer's.
 #pragma once
 
 #include <functional>
@@ -27,6 +37,25 @@
 #include "model/trace/trace.hpp"
 
 namespace uipc {
+
+// A key of an operation's arguments (memory, sizes, kinds), field by field.
+inline uint64_t op_key_bytes(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+template <typename... A>
+uint64_t op_key(const A&... args) {
+  uint64_t h = 1469598103934665603ull;
+  ((h = op_key_bytes(h, &args, sizeof(args))), ...);
+  return h;
+}
+
+// A layer captured as a graph: the graph, and the key of each operation it holds.
+struct CapturedLayer {
+  std::unique_ptr<Graph> graph;
+  std::vector<uint64_t> keys;
+};
 
 class TracingDevice final : public Device {
  public:
@@ -45,7 +74,28 @@ class TracingDevice final : public Device {
   bool recording() const { return recording_; }
   // Records `op` on stream s (if recording) and runs `run` on the wrapped stream unless
   // data work is elided and `data_work` is true. Kernels and collectives come here.
-  void record_op(Stream& s, model::Op op, bool data_work, const std::function<void(Stream&)>& run);
+  // `key`: op_key of the call's arguments (graphs); `value`: a 64-bit write's or wait's
+  // value. `run` must own what it needs (a replayed layer may hold it to the layer's end).
+  void record_op(Stream& s, model::Op op, bool data_work, std::function<void(Stream&)> run, uint64_t key = 0,
+                 const GraphValueOp* value = nullptr);
+
+  // --- graphs, one layer at a time (lib/run/layer_graph.hpp)
+  // A layer issued op by op, watched: end_watch() returns "" when it made only stream
+  // work (what a graph can stand for), else the first call that was not.
+  void begin_watch();
+  std::string end_watch();
+  // A layer captured by the wrapped device on `origin` (nothing runs until launched).
+  // end_capture_layer throws RuntimeError when the capture broke (naming why).
+  void begin_capture_layer(Stream& origin);
+  CapturedLayer end_capture_layer(Stream& origin);
+  // A layer replayed from `c`: true when it matched and `c` was launched on `origin`;
+  // false when it diverged (why: at which op and how) and ran op by op.
+  void begin_replay(const CapturedLayer& c);
+  bool end_replay(Stream& origin, std::string* why);
+  // Launches `c` with the values it was captured with (the captured layer itself).
+  void launch(const CapturedLayer& c, Stream& origin);
+  // Closes an open window on an error: a capture is ended and dropped, held work dropped.
+  void abandon_window() noexcept;
   // The index of the collective group of these world ranks, and the next call's number.
   int group_index(const std::vector<int>& world_ranks);
   int64_t next_sequence(int group) { return ++sequences_[group]; }
@@ -65,8 +115,14 @@ class TracingDevice final : public Device {
   DeviceBuffer alloc_fd_shareable(size_t bytes) override;
   int export_fd(const DeviceBuffer& buf) override;
   PeerMapping import_fd(int fd, size_t bytes) override;
-  void copy_to_device(void* dst, const void* src, size_t bytes) override { inner_->copy_to_device(dst, src, bytes); }
-  void copy_to_host(void* dst, const void* src, size_t bytes) override { inner_->copy_to_host(dst, src, bytes); }
+  void copy_to_device(void* dst, const void* src, size_t bytes) override {
+    note_host_call("a synchronous copy to the device");
+    inner_->copy_to_device(dst, src, bytes);
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    note_host_call("a synchronous copy to the host");
+    inner_->copy_to_host(dst, src, bytes);
+  }
   size_t free_memory() const override { return inner_->free_memory(); }
   std::unique_ptr<Stream> create_stream(StreamPriority p) override;
   std::unique_ptr<Event> create_event() override;
@@ -89,12 +145,20 @@ class TracingDevice final : public Device {
     inner_->set_watchdog_seconds(s);
   }
   // Memory is made by the wrapped device and goes back to it directly.
-  void free_buffer(void* ptr, size_t bytes, void* impl) override { inner_->free_buffer(ptr, bytes, impl); }
-  void close_mapping(void* ptr, size_t bytes, void* impl) override { inner_->close_mapping(ptr, bytes, impl); }
+  void free_buffer(void* ptr, size_t bytes, void* impl) override {
+    note_host_call("a free");
+    inner_->free_buffer(ptr, bytes, impl);
+  }
+  void close_mapping(void* ptr, size_t bytes, void* impl) override {
+    note_host_call("the closing of a mapping");
+    inner_->close_mapping(ptr, bytes, impl);
+  }
+  std::string graph_ineligible_reason() override { return inner_->graph_ineligible_reason(); }
 
   // Called by this device's events (tracing_device.cpp).
   void on_event_record(Event& inner_event, Stream& s, int& last_op, uint64_t& generation);
   void on_event_sync(int last_op, uint64_t generation);
+  void on_event_query() { note_host_call("an event query"); }
   void on_stream_sync(int stream_index);
 
  private:
@@ -108,6 +172,22 @@ class TracingDevice final : public Device {
   void set_export_id(const void* ptr, uint64_t id);
   int append(Stream* s, model::Op op);  // returns the op's index, -1 when not recording
   model::Op copy_op(void* dst, const void* src, size_t width, size_t height) const;
+
+  // A host call in a graph window: taints a watch or a capture, ends a replay's holding.
+  void note_host_call(const char* what);
+  void diverge(const std::string& why);
+
+  enum class Window { kNone, kWatch, kCapture, kReplay };
+  Window window_ = Window::kNone;
+  std::string unsteady_;                  // watch/capture: the first call a graph cannot hold
+  std::vector<uint64_t> keys_;            // capture: the keys so far
+  const CapturedLayer* replay_ = nullptr; // replay: what is replayed
+  Stream* capture_origin_ = nullptr;      // capture: the stream it began on
+  size_t replay_pos_ = 0;
+  bool diverged_ = false;
+  std::string diverged_why_;
+  std::vector<std::pair<Stream*, std::function<void(Stream&)>>> held_;  // on wrapped streams
+  std::vector<GraphValueOp> held_values_;
 
   std::unique_ptr<Device> inner_;
   int rank_, world_;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/error.hpp"
 #include "comm/transport/transport.hpp"
@@ -13,11 +14,31 @@
 namespace uipc {
 
 struct GroupCompletion {
-  std::unique_ptr<Event> done;  // recorded on `finisher` when the group is complete
+  std::shared_ptr<Event> done;  // recorded on `finisher` when the group is complete
   Stream* finisher = nullptr;
   bool closed = false;          // the group's barrier has been submitted
   uint64_t epoch = 0;
   std::string tags;             // "V,Q,K": for messages
+};
+
+// The groups' completion events, reused: a group takes the first event that no earlier
+// group still holds (its results dropped). A layer that drops its results before the
+// next (lib/run/pipeline.cpp) thus uses the same events in the same order every layer,
+// which is what lets a captured graph stand for it (lib/run/layer_graph.hpp); and no
+// event is created per group.
+class EventPool {
+ public:
+  explicit EventPool(Device& dev) : dev_(dev) {}
+  std::shared_ptr<Event> take() {
+    for (auto& e : events_)
+      if (e.use_count() == 1) return e;
+    events_.push_back(std::shared_ptr<Event>(dev_.create_event()));
+    return events_.back();
+  }
+
+ private:
+  Device& dev_;
+  std::vector<std::shared_ptr<Event>> events_;
 };
 
 class GroupExchange : public Exchange {

@@ -54,6 +54,7 @@ class IpcTransport : public Transport {
     copy_ = dev_.create_stream(opts.copy_priority);
     self_ = dev_.create_stream(opts.copy_priority);
     ready_evt_ = dev_.create_event();
+    layer_start_ = dev_.create_event();
     self_done_ = dev_.create_event();
     released_ = dev_.create_event();
   }
@@ -79,24 +80,43 @@ class IpcTransport : public Transport {
     return own_slice_of(target(sub).mine.get(), shape, me_, peers_);
   }
 
+  // The copy stream follows the producer from the layer's start: a graph capture takes a
+  // stream in only from such a wait, and the group's wait for the peers' release may then
+  // come before the wait for the producer's data (as op by op, where it runs beside the
+  // projection). A producer that calls this calls it every layer.
+  void begin_layer(Stream& producer) override {
+    layer_start_->record(producer);
+    dev_.stream_wait_event(*copy_, *layer_start_);
+    joined_ = true;
+  }
+
   std::unique_ptr<Exchange> submit(const Submission& sub, Stream& producer) override {
     const std::string bad = exchange_shape_problem(sub.shape, me_, peers_);
     UIPC_CHECK(bad.empty(), "ipc: " + bad);
     UIPC_CHECK(!sub.own_slice_written || sub.dir == Direction::kScatter, "only a scatter's own slice can be pre-written");
-    if (!group_) open_group();
-    // Past this point a failure is raised, never turned into a fallback: peers may
-    // already be copying into our targets for this group.
-    SharedTarget& t = target(sub);
-    group_->tags += std::string(group_->tags.empty() ? "" : ",") + tag_name(sub.tag);
-
     // The copy streams read the source only once the producer has written it. The peers'
     // slices go on the copy stream, my own slice on a second stream beside it, so that
     // the local copy runs while the link is busy instead of after it; the copy stream
     // waits for it before the tag's interval ends (and so before the group's handshake).
+    // Without begin_layer, the copy stream follows the producer's data before anything else
+    // of a new group (its release wait too): a graph capture takes a stream in only from
+    // there on.
     const bool copy_self = !sub.own_slice_written;
-    ready_evt_->record(producer);
-    dev_.stream_wait_event(*copy_, *ready_evt_);
-    if (copy_self) dev_.stream_wait_event(*self_, *ready_evt_);
+    auto follow_producer = [&] {
+      ready_evt_->record(producer);
+      dev_.stream_wait_event(*copy_, *ready_evt_);
+      if (copy_self) dev_.stream_wait_event(*self_, *ready_evt_);
+    };
+    bool followed = false;
+    if (!group_) {
+      if (!joined_) follow_producer(), followed = true;
+      open_group();
+    }
+    if (!followed) follow_producer();
+    // Past this point a failure is raised, never turned into a fallback: peers may
+    // already be copying into our targets for this group.
+    SharedTarget& t = target(sub);
+    group_->tags += std::string(group_->tags.empty() ? "" : ",") + tag_name(sub.tag);
     // Only V's copies are timed (the overlap the report gives): two event records less
     // per other tensor and layer, host time that the near-empty layer's floor is made of.
     const bool timed = sub.tag == Tag::kV;
@@ -145,6 +165,7 @@ class IpcTransport : public Transport {
   }
 
   TransportStats stats() const override { return stats_; }
+  std::string graph_ineligible_reason() const override { return ""; }
 
   void close_peer_mappings() override {
     drain_copies();
@@ -176,7 +197,7 @@ class IpcTransport : public Transport {
   void open_group() {
     group_ = std::make_shared<GroupCompletion>();
     group_->epoch = ++epoch_;
-    group_->done = dev_.create_event();
+    group_->done = group_events_.take();
     group_->finisher = copy_.get();
     handshake_.wait_released(*copy_, released_epoch_);
     ++stats_.groups;
@@ -198,9 +219,11 @@ class IpcTransport : public Transport {
   EpochHandshake handshake_;
   int me_ = 0, peers_ = 1;
   std::unique_ptr<Stream> copy_, self_;
-  std::unique_ptr<Event> ready_evt_, self_done_, released_;
+  std::unique_ptr<Event> ready_evt_, self_done_, released_, layer_start_;
   uint64_t epoch_ = 0, released_epoch_ = 0;
+  bool joined_ = false;  // begin_layer made the copy stream follow the producer
   std::shared_ptr<GroupCompletion> group_;
+  EventPool group_events_{dev_};
   std::map<Tag, std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>> intervals_;
 };
 

@@ -56,7 +56,7 @@ class NcclTransport : public Transport {
     UIPC_CHECK(!(registered_ && sub.own_slice_written), "nccl-ce moves the own slice itself");
     if (!group_) {
       group_ = std::make_shared<GroupCompletion>();
-      group_->done = dev_.create_event();
+      group_->done = group_events_.take();
       group_->finisher = &producer;
       pending_.clear();
     }
@@ -71,6 +71,7 @@ class NcclTransport : public Transport {
   void release(Stream& consumer) override { (void)consumer; }  // stream order protects the buffers
 
   TransportStats stats() const override { return stats_; }
+  std::string graph_ineligible_reason() const override { return coll_.graph_ineligible_reason(); }
 
  private:
   struct Pending {
@@ -218,6 +219,7 @@ class NcclTransport : public Transport {
   std::map<ResultKey, std::unique_ptr<RegisteredBuffer>> results_;
   std::unique_ptr<RegisteredBuffer> send_, recv_;
   std::shared_ptr<GroupCompletion> group_;
+  EventPool group_events_{dev_};
   std::vector<Pending> pending_;
   TransportStats stats_;
 };

@@ -92,6 +92,10 @@ class Transport {
     (void)shape;
     return {};
   }
+  // A layer begins on `producer` (optional; the layer pipeline calls it first): what a
+  // transport may issue before the layer's data exists goes here (the IPC protocol's wait
+  // for the peers' release of their targets then runs beside the projection).
+  virtual void begin_layer(Stream& producer) { (void)producer; }
   // producer: the stream on which src becomes ready.
   virtual std::unique_ptr<Exchange> submit(const Submission& sub, Stream& producer) = 0;
   // The consumer stream is done reading the results of the last group: peers may write
@@ -110,6 +114,8 @@ class Transport {
   // then the group synchronises, then transports are destroyed: importers close before
   // exporters free. Streams must be idle.
   virtual void close_peer_mappings() {}
+  // Why a layer over this transport cannot be captured into a graph ("" = it can).
+  virtual std::string graph_ineligible_reason() const = 0;
 };
 
 // --- the transports, and the selection that walks ipc -> nccl (vmm -> nccl)

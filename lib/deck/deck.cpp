@@ -236,6 +236,7 @@ const std::vector<AblationKind>& ablation_table() {
       {"no-grouped-handshake", "one handshake per tensor instead of one per Q/K/V group", false, false},
       {"normal-priority", "the copy stream at normal priority", true, false},
       {"no-target-cache", "targets allocated and exchanged every layer", true, false},
+      {"no-graphs", "every layer issued op by op from the host instead of replayed as a captured graph", false, false},
   };
   return table;
 }

@@ -142,6 +142,18 @@ void write_run(const h5::Group& cg, const RunResult& r) {
   g.write_attr("cache_hits", r.cache_hits);
   g.write_attr("cache_misses", r.cache_misses);
   g.write_attr("cache_evictions", r.cache_evictions);
+  g.write_attr("graphs", r.graphs);
+  g.write_attr("graph_captures", r.graph_captures);
+  g.write_attr("graph_replays", r.graph_replays);
+  g.write_attr("graph_divergences", r.graph_divergences);
+  g.write_attr("graph_last_divergence", r.graph_last_divergence);
+  if (!r.host_enqueue_ms.empty()) {
+    UIPC_CHECK(r.host_enqueue_ms.size() == static_cast<size_t>(r.repeats) * static_cast<size_t>(r.iterations),
+               "host_enqueue_ms does not hold one value per timed layer");
+    h5::Dataset he = g.write_dataset("host_enqueue_ms", {r.repeats, r.iterations}, r.host_enqueue_ms.data());
+    he.write_attr("units", "ms");
+    he.write_attr("dims", std::vector<std::string>{"repeat", "iteration"});
+  }
   g.write_attr("timed_wall_start_s", r.timed_wall_start_s);
   g.write_attr("timed_wall_end_s", r.timed_wall_end_s);
   g.write_attr("scatter_bytes_per_rank", r.scatter_bytes_per_rank);

@@ -63,6 +63,14 @@ struct RunResult {
   int ulysses_nodes = 1;            // nodes that rank 0's Ulysses group spans
   int hier_chunks = 0;              // token chunks per batch of hier's pipeline (0: not hier)
   int64_t cache_hits = 0, cache_misses = 0, cache_evictions = 0;
+  // Graphs (lib/run/layer_graph.hpp), rank 0's: "on", or "off: <why>"; layers captured,
+  // replayed, and replays that fell back to op by op (the last one's reason).
+  std::string graphs;
+  int64_t graph_captures = 0, graph_replays = 0, graph_divergences = 0;
+  std::string graph_last_divergence;
+  // [repeat][iteration]: rank 0's host milliseconds to enqueue each timed layer (op by
+  // op: every call; replayed: the layer's host logic and one launch).
+  std::vector<double> host_enqueue_ms;
   // Rank 0's wall clock (Unix seconds) when the repeats began and when the last timed
   // layer ended, so that samples taken beside the run (scripts/soak.sh) can be placed
   // on the timed layers; NaN when nothing was timed (--mode model).

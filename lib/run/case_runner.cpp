@@ -20,6 +20,7 @@
 #include "comm/transport/transports.hpp"
 #include "lib/run/cpu_estimate.hpp"
 #include "lib/run/layer_data.hpp"
+#include "lib/run/layer_graph.hpp"
 #include "lib/run/layout.hpp"
 #include "lib/run/parity.hpp"
 #include "lib/run/pipeline.hpp"
@@ -234,6 +235,7 @@ struct RunInProgress {
   OpenCase& oc;
   const SelectedTransport& sel;
   LayerPipeline& pipe;
+  GraphedLayer& layer;  // the pipeline's layers, replayed as graphs where they can be
   const std::string& sname;
   const bool approx;
   const std::string layer_start;  // the barrier's label before a timed layer
@@ -279,7 +281,7 @@ void time_step(RunInProgress& run, int rep, int t) {
   };
   for (int w = 0; w < shape.warmup; ++w) {
     set_activity("starting a warmup layer");
-    run.pipe.enqueue_layer();
+    run.layer.enqueue_layer();
     dr.compute.synchronize();
     run.oc.progress.layer_done();
     count_first_layer();
@@ -293,7 +295,8 @@ void time_step(RunInProgress& run, int rep, int t) {
     set_activity("at the barrier before a timed layer");
     barrier_bounded(MPI_COMM_WORLD, run.oc.wd, run.layer_start, run.align_spin_s);
     set_activity("starting a timed layer");
-    run.pipe.enqueue_layer();
+    run.layer.enqueue_layer();
+    run.rr.host_enqueue_ms.push_back(run.layer.last_enqueue_ms());
     dr.compute.synchronize();
     run.oc.progress.layer_done();
     times.push_back(run.pipe.last_timing());
@@ -336,7 +339,7 @@ void time_and_check_layers(RunInProgress& run) {
   const RunShape& shape = run.oc.shape;
   for (int w = 0; w < shape.model_warmup; ++w) {
     set_activity("starting a warmup layer");
-    run.pipe.enqueue_layer();
+    run.layer.enqueue_layer();
     run.dr.compute.synchronize();
   }
   if (shape.has_data) run.rr.timed_wall_start_s = wall_clock_s();
@@ -473,6 +476,30 @@ void print_run_line(const DeckRun& dr, const OpenCase& oc, const RunResult& rr, 
   }
 }
 
+// Why this run's layers cannot be replayed as graphs ("": they can).
+std::string graphs_why_not(const DeckRun& dr, const OpenCase& oc, const SelectedTransport& sel, const Transport& gather,
+                           const std::string& ablation) {
+  if (!dr.opt.graphs) return "--graphs off";
+  if (ablation == "no-graphs") return "ablation no-graphs";
+  if (dr.mode == Mode::kModel) return "--mode model traces its layers op by op";
+  if (std::string why = dr.be.device->graph_ineligible_reason(); !why.empty()) return "the device: " + why;
+  if (std::string why = sel.transport->graph_ineligible_reason(); !why.empty()) return "the scatter: " + why;
+  if (std::string why = gather.graph_ineligible_reason(); !why.empty()) return "the gather: " + why;
+  if (oc.l.tp > 1)
+    if (std::string why = oc.tcoll->graph_ineligible_reason(); !why.empty()) return "the TP all-reduce: " + why;
+  return {};
+}
+
+void note_graphs(const GraphedLayer& layer, RunResult& rr) {
+  rr.graphs = layer.mode();
+  rr.graph_captures = layer.stats().captures;
+  rr.graph_replays = layer.stats().replays;
+  rr.graph_divergences = layer.stats().divergences;
+  rr.graph_last_divergence = layer.stats().last_divergence;
+  if (rr.graph_captures == 0 && !layer.stats().unsteady.empty())
+    rr.graph_last_divergence = "never captured: every layer made " + layer.stats().unsteady;
+}
+
 // One run: transport `tname` under schedule `sname`, with `ablation` switched off ("":
 // the full design).
 RunResult run_one(const DeckRun& dr, OpenCase& oc, const std::string& tname, const std::string& sname,
@@ -498,13 +525,15 @@ RunResult run_one(const DeckRun& dr, OpenCase& oc, const std::string& tname, con
   const double align_spin_s = dr.mode == Mode::kGpu ? 0.05 : 0.0;
   LayerPipeline pipe(*dr.be.device, *dr.be.kernels, c, oc.l, oc.data, sched, *sel.transport, *gather, oc.tcoll.get(),
                      dr.compute, pipeline_options(ablation));
+  GraphedLayer layer(*dr.be.tracer, pipe, dr.compute, graphs_why_not(dr, oc, sel, *gather, ablation));
   const bool defines_exact = !approx && oc.exact_out.count(sname) == 0;
-  RunInProgress run{dr, oc, sel, pipe, sname, approx, "the start of a timed layer of " + tname + "/" + run_label,
+  RunInProgress run{dr, oc, sel, pipe, layer, sname, approx, "the start of a timed layer of " + tname + "/" + run_label,
                     align_spin_s, rr, defines_exact, oc.exact_out.count(sname) ? &oc.exact_out[sname] : nullptr,
                     Parity{}, true};
   if (run.defines_exact) oc.exact_out[sname].resize(static_cast<size_t>(oc.shape.steps));
 
   time_and_check_layers(run);
+  note_graphs(layer, rr);
   judge(run);
   trace_layer(run, tname, run_label);
   run_statistics(run);

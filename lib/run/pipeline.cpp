@@ -202,6 +202,7 @@ void LayerPipeline::enqueue_layer() {
 
   for (bool& f : own_fetched_) f = false;  // own slices: looked up again each layer
   ev_start_->record(compute_);
+  scatter_.begin_layer(compute_);
   for (size_t i = 0; i < schedule_.steps.size(); ++i) {
     set_activity(is_submit(schedule_.steps[i]) ? "submitting the scatter" : "enqueueing the projection and norms");
     run_step(schedule_.steps[i], i == last);
@@ -238,6 +239,9 @@ void LayerPipeline::enqueue_layer() {
   kernels_.convert_from_f32(compute_, out_f32_.as<float>(), y_.get(), M * C, t);
   gather_.release(compute_);  // the output projection has read the gather targets
   ev_end_->record(compute_);
+  // Every wait on the results is issued: drop them, so that the next layer's groups take
+  // the same completion events as this one's (comm/transport/group_exchange.hpp).
+  for (auto* ex : {&ex_q_, &ex_k_, &ex_v_, &ex_o_}) ex->reset();
   set_activity("waiting for a layer to finish");
 }
 

@@ -79,6 +79,12 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("-o", "--output", required=True, metavar="FILE", help="the JSON file to write")
     t.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
     t.add_argument("--run", action="append", metavar="NAME", help="only this run, e.g. ipc.v-first (repeatable)")
+    gr = sub.add_parser("graphs", help="layers replayed as graphs against the same layers op by op (no-graphs)",
+                        description="Per run with an op-by-op twin (ablation no-graphs) in the same report: replays, "
+                                    "layer medians of both, op-by-op / graphs, rank 0's host enqueue time of both.")
+    gr.add_argument("report", metavar="REPORT")
+    gr.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
+    gr.add_argument("--format", choices=("table", "csv", "markdown"), default="table")
     k = sub.add_parser("soak", help="a soak's verdict: growth of sampled memory/fds after warm-up, timing stability",
                        description="Places what scripts/soak_sample.py sampled beside a run on the report's timed "
                                    "layers, in windows: fails when GPU memory, RSS, fds or threads grow after the "
@@ -98,6 +104,10 @@ def _run(args: argparse.Namespace) -> int:
         from .summarize import summarize
 
         summarize(load_report(args.report), args.case, args.format, link_gbs=args.link_gbs)
+    elif args.command == "graphs":
+        from .graphs import graphs
+
+        graphs(load_report(args.report), args.case, args.format)
     elif args.command == "compare":
         from .compare import compare
 

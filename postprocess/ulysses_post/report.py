@@ -159,6 +159,12 @@ class Run:
     approx_pass: bool = False
     parity_computed: bool = True  # False in --mode model (no data): never a pass
     traced: TracedLayer | None = None
+    # Graphs (docs/report.md): "on" or "off: <why>" ("" in reports before graphs), the
+    # layers replayed, and rank 0's host enqueue time per timed layer (None when absent).
+    graphs: str = ""
+    graph_replays: int = 0
+    graph_divergences: int = 0
+    host_enqueue_ms: np.ndarray | None = None
     median_ms: np.ndarray = field(init=False)  # (7,), critical path over ranks
     p10_ms: np.ndarray = field(init=False)
     p90_ms: np.ndarray = field(init=False)
@@ -352,7 +358,14 @@ def _read_run(path: str, case: str, tolerances: tuple[float, float], g: h5py.Gro
               scatter_bandwidth_gbs=r.number("scatter_bandwidth_gbs"), stage_ms=stage_ms, v_overlap_ms=overlap,
               ablation=r.text("ablation", ""), approximate=r.text("parity_kind", "exact") == "approximate",
               parity_computed=bool(r.integer("parity_computed")) if "parity_computed" in g.attrs else True,
-              traced=_read_traced(r, g))
+              traced=_read_traced(r, g), graphs=r.text("graphs", ""),
+              graph_replays=r.integer("graph_replays") if "graph_replays" in g.attrs else 0,
+              graph_divergences=r.integer("graph_divergences") if "graph_divergences" in g.attrs else 0)
+    he = g.get("host_enqueue_ms")
+    if he is not None:
+        if not isinstance(he, h5py.Dataset) or he.shape != shape[:2]:
+            raise r.fail(f"host_enqueue_ms has shape {getattr(he, 'shape', None)}, expected {shape[:2]}")
+        run.host_enqueue_ms = np.asarray(he[()], dtype=np.float64)
     if run.approximate:
         run.approx_pass = bool(r.integer("approx_pass"))
         if run.parity_pass:

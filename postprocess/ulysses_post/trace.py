@@ -217,13 +217,14 @@ class _Namer:
 
     def _submissions(self, v: RankView, compute: int, attention: int) -> dict[int, str]:
         """The tensor of every scatter copy: a submission starts where a copy stream waits
-        for an event the compute stream recorded (the producer's "ready"); the k-th is the
-        schedule's k-th submitted tensor. Left unnamed when the count does not match."""
+        for an event the compute stream recorded (the producer's "ready") and copies follow
+        (a wait with no copy after it, such as the layer's start, starts none); the k-th is
+        the schedule's k-th submitted tensor. Left unnamed when the count does not match."""
         submit = SUBMIT_ORDER.get(self.schedule)
         if not submit:
             return {}
         ops = v.ops
-        k, last_target, tensor_of = -1, None, {}
+        k, last_target, pending, tensor_of = -1, None, None, {}
         for i in range(attention):
             op = ops[i]
             kind = self.kind(op)
@@ -231,9 +232,12 @@ class _Namer:
                 w = int(op["waits_for"])
                 if w >= 0 and int(ops[w]["stream"]) == compute and self.kind(ops[w]) == "event_record":
                     if w != last_target:
-                        k, last_target = k + 1, w
-            elif kind == "copy" and k >= 0:
-                tensor_of[i] = k
+                        pending = w
+            elif kind == "copy":
+                if pending is not None:
+                    k, last_target, pending = k + 1, pending, None
+                if k >= 0:
+                    tensor_of[i] = k
         if k + 1 != len(submit):
             return {}
         return {i: submit[j] for i, j in tensor_of.items()}

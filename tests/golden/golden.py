@@ -71,6 +71,8 @@ RUNS = [
 # their shape is recorded (in --mode model they are modelled, and recorded in full).
 MEASURED = {"stage_ms", "v_copy_ms", "v_overlap_ms", "median_ms", "p10_ms", "p90_ms", "scatter_bandwidth_gbs",
             "op_measured_start_ms", "op_measured_end_ms", "timed_wall_start_s", "timed_wall_end_s"}
+# Host wall times: measured in every mode (the host's own clock), never modelled.
+HOST_TIMES = {"host_enqueue_ms"}
 # Provenance: changes with the build, the date and the machine.
 PROVENANCE = {"software_version", "date", "command_line", "hosts", "devices"}
 # Datasets longer than this are recorded as a digest of their (rounded) values.
@@ -112,7 +114,7 @@ def describe_report(path: pathlib.Path, lines: list[str]) -> None:
                     continue
                 v = obj.attrs[k]
                 shape = np.shape(v)
-                if k in MEASURED and not modelled:
+                if (k in MEASURED and not modelled) or k in HOST_TIMES:
                     lines.append(f"  {name} @{k} shape {shape}")
                 else:
                     lines.append(f"  {name} @{k} = {fmt_value(v)}")
@@ -132,7 +134,7 @@ def describe_report(path: pathlib.Path, lines: list[str]) -> None:
                 head = f"  /{name} {obj.dtype.str if obj.dtype.kind != 'O' else 'str'} {obj.shape}"
                 # A trace's exact bytes hold measured op times and run-specific words (handles;
                 # its ops are recorded through op_*): shape only.
-                if (base in MEASURED and not modelled) or base.startswith(("op_measured", "trace_rank")):
+                if (base in MEASURED and not modelled) or base in HOST_TIMES or base.startswith(("op_measured", "trace_rank")):
                     lines.append(head)
                 else:
                     lines.append(f"{head} = {fmt_value(obj[()])}")

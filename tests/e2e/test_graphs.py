@@ -1,0 +1,126 @@
+"""End-to-end: layers replayed as graphs (--graphs, the ablation no-graphs) in the real
+program, in simulation mode, where the host device captures a layer's op list and the
+recording decorator replays it (lib/run/layer_graph.hpp). Replayed layers give outputs
+bit-identical to the same layers op by op (same digest), with the counts of captures and
+replays the run's shape implies; the runs that cannot be captured say why; --graphs off
+turns them off; a peer stopped while the layers are replayed is named within the
+watchdog and nothing is left behind."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import REPO, mpi_env, run_attrs as runs_of, shm_entries
+from test_app import make_deck
+
+
+@pytest.fixture
+def graph_deck(app, tmp_path):
+    deck = tmp_path / "graphs.h5"
+    make_deck(app, deck, seq_len=128, heads=8, head_dim=32, ulysses=0, transports="nccl,ipc,vmm",
+              schedules="baseline,v-first,v-project-first,v-first-split", ablations="no-graphs,no-target-cache",
+              warmup=2, iterations=5, repeats=2, steps=2)
+    return deck
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+def test_replayed_layers_are_the_op_by_op_layers(run, tmp_path, graph_deck, np_):
+    before = shm_entries()
+    report = tmp_path / "r.h5"
+    p = run(np_, str(graph_deck), "--gather", "ipc", "-o", str(report), timeout=600)
+    assert p.returncode == 0, p.stderr + p.stdout
+    runs = {name: a for _, name, a in runs_of(report)}
+    layers = (2 + 5) * 2 * 2  # (warmup + iterations) x repeats x steps, through the graphed layer
+    checked = 0
+    for name, a in runs.items():
+        assert a["parity_pass"] == 1, (name, a)
+        transport, rest = name.split(".", 1)
+        if rest.endswith("+no-graphs"):
+            assert a["graphs"] == "off: ablation no-graphs", a["graphs"]
+            assert a["graph_replays"] == 0 and a["graph_captures"] == 0
+        elif transport == "nccl":  # simulated NCCL is MPI through the host: never captured
+            assert a["graphs"].startswith("off: the scatter: MPI collectives"), (name, a["graphs"])
+            assert a["graph_replays"] == 0
+        elif rest.endswith("+no-target-cache"):  # every layer allocates: never steady, never captured
+            assert a["graphs"] == "on" and a["graph_captures"] == 0, (name, a)
+            assert a["graph_last_divergence"].startswith("never captured: every layer made"), a["graph_last_divergence"]
+        else:
+            # Layer 1 misses the target cache, layer 2 is watched and steady, layer 3 captured.
+            assert a["graphs"] == "on", (name, a["graphs"])
+            assert a["graph_captures"] == 1 and a["graph_divergences"] == 0, (name, a["graph_last_divergence"])
+            assert a["graph_replays"] == layers - 3, (name, a["graph_replays"])
+            twin = runs[name + "+no-graphs"]
+            assert a["output_digest"] == twin["output_digest"], f"{name}: graphs changed the output"
+            checked += 1
+    assert checked == 2 * 4  # ipc, vmm x 4 schedules
+    with h5py.File(report, "r") as f:
+        g = f["cases"][f.attrs["cases"][0]]["ipc.v-first"]
+        he = g["host_enqueue_ms"][()]
+        assert he.shape == (g.attrs["repeats"], g.attrs["iterations"]) and np.all(he > 0), he
+    # The post-processing table pairs each run with its twin.
+    post = subprocess.run([sys.executable, "-m", "ulysses_post", "graphs", str(report), "--format", "csv"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "postprocess")},
+                          timeout=120)
+    assert post.returncode == 0, post.stderr
+    lines = post.stdout.strip().splitlines()
+    assert lines[0].startswith("case,run,graphs,replays"), lines[0]
+    rows = [l.split(",") for l in lines[1:]]
+    assert {r[1] for r in rows} == {f"{t}.{s}" for t in ("nccl", "ipc", "vmm")
+                                   for s in ("baseline", "v-first", "v-project-first", "v-first-split")}
+    assert all(int(r[3]) == layers - 3 for r in rows if not r[1].startswith("nccl")), rows
+    assert shm_entries() <= before, "shared memory left behind"
+
+
+def test_graphs_off_runs_every_layer_op_by_op(run, tmp_path, graph_deck):
+    report = tmp_path / "off.h5"
+    p = run(2, str(graph_deck), "--gather", "ipc", "--graphs", "off", "--ablations", "none", "-o", str(report),
+            timeout=600)
+    assert p.returncode == 0, p.stderr + p.stdout
+    for _, name, a in runs_of(report):
+        assert a["graphs"] == "off: --graphs off" and a["graph_replays"] == 0, (name, a["graphs"])
+        assert a["parity_pass"] == 1
+
+
+def test_a_bad_graphs_value_is_an_input_error(run, tmp_path, graph_deck):
+    p = run(1, str(graph_deck), "--graphs", "maybe", "-o", str(tmp_path / "x.h5"))
+    assert p.returncode == 2, p.stderr + p.stdout
+    assert "--graphs" in p.stderr and "maybe" in p.stderr, p.stderr
+    assert not (tmp_path / "x.h5").exists()
+
+
+def test_a_stopped_peer_during_replays_is_named_within_the_watchdog(app, tmp_path):
+    """SIGSTOP one rank while the others replay captured layers: their graph's waits are
+    bounded by the watchdog too; every survivor gives up naming it (exit 4)."""
+    before = shm_entries()
+    deck = tmp_path / "long.h5"
+    make_deck(app, deck, seq_len=256, heads=8, head_dim=64, ulysses=4, transports="ipc", schedules="v-first",
+              warmup=0, iterations=100000 // 4, repeats=1)
+    cmd = ["mpirun", "-np", "4", "--oversubscribe", app, str(deck), "-o", str(tmp_path / "r.h5"), "--watchdog", "3",
+           "--gather", "ipc"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env())
+    try:
+        ranks = []
+        deadline = time.time() + 60
+        while len(ranks) < 4 and time.time() < deadline:
+            out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout
+            ranks = [int(x) for x in out.split()]
+            time.sleep(0.2)
+        assert len(ranks) == 4, "ranks did not start"
+        time.sleep(4.0)  # well into the timed layers: replays from the third layer on
+        os.kill(sorted(ranks)[2], signal.SIGSTOP)
+        t0 = time.time()
+        out, err = proc.communicate(timeout=60)
+        took = time.time() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 4, err
+    assert took < 30, f"took {took:.1f} s to give up"
+    assert "did not arrive" in err, err
+    assert not (tmp_path / "r.h5").exists()
+    assert shm_entries() <= before, "shared memory left behind"
