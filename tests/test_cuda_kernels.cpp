@@ -373,6 +373,99 @@ TEST_F(CudaKernelsTest, NormRopeAcrossHeadsPipelinedRows) {
                Error);
 }
 
+// Q and K in one launch of the vector kernel (launch_norm_rope_qk: the grid's halves walk
+// one view each): byte for byte what two launch_norm_rope calls write, for every norm
+// kind, head_dim 64, 72 and 128, every dtype, fused views (Q and K of one QKV buffer)
+// and separate ones (K's heads 1..2 moved to a target), different weights for Q and K,
+// on the launcher's pick, the plain walk, the pipelined walk (rows pipelined whole for
+// across-heads RMS) and the staged walk, at 74 rows and 5000 (every warp walks several
+// rows). The two-launch path is checked against the float64 reference above.
+TEST_F(CudaKernelsTest, NormRopeQkOneLaunchMatchesTwoLaunches) {
+  struct Walk {
+    int pipe, staged;
+  };
+  const Walk walks[] = {{-1, -1}, {0, 0}, {4, 0}, {0, 4}};
+  for (DType dt : kAllTypes) {
+    const size_t es = dtype_size(dt);
+    for (int D : {64, 72, 128}) {
+      for (NormKind nk : kNormKinds) {
+        for (bool fused : {true, false}) {
+          for (const Walk& w : walks) {
+            for (int64_t S : {37, 50}) {
+              const int64_t B = S == 50 ? 100 : 2, rows = B * S;
+              const int H = 7;
+              int pipe = w.pipe;
+              if (pipe == 4 && nk == NormKind::kRmsAcrossHeads) pipe = 12;  // rows pipelined whole
+              SCOPED_TRACE(std::string(dtype_name(dt)) + " D=" + std::to_string(D) + " norm=" +
+                           std::to_string(static_cast<int>(nk)) + (fused ? " fused" : " separate") + " pipe=" +
+                           std::to_string(pipe) + " staged=" + std::to_string(w.staged) + " rows=" +
+                           std::to_string(rows));
+              const int64_t width = static_cast<int64_t>(H) * D, pitch = fused ? 3 * width : width;
+              const int64_t n = fused ? rows * pitch : 2 * rows * width;
+              HostTensor x(dt, n);
+              fill(x, -2, 2);
+              const int hb = 1, hn = 2;  // K's heads moved to the target (separate views)
+              HostTensor target(dt, fused ? 1 : rows * hn * D);
+              const int gn = nk == NormKind::kRmsAcrossHeads ? H * D : D;
+              std::vector<float> gq(gn), gk(gn), bq(D), bk(D);
+              for (auto* v : {&gq, &gk})
+                for (auto& g : *v) g = 1.0f + 0.25f * uniform(-1, 1);
+              for (auto* v : {&bq, &bk})
+                for (auto& b : *v) b = 0.25f * uniform(-1, 1);
+              auto dgq = upload_f32(gq), dgk = upload_f32(gk), dbq = upload_f32(bq), dbk = upload_f32(bk);
+              DeviceBuffer bufs[2] = {upload(x), upload(x)}, tgts[2] = {upload(target), upload(target)};
+              auto views = [&](int i, QkView& q, QkView& k) {
+                char* base = static_cast<char*>(bufs[i].get());
+                for (int j = 0; j < 2; ++j) {
+                  QkView& v = j == 0 ? q : k;
+                  v = QkView{};
+                  v.data = base + (fused ? j * width : j * rows * width) * static_cast<int64_t>(es);
+                  v.row_pitch = pitch;
+                  v.batch = B;
+                  v.tokens_per_batch = S;
+                  v.pos_offset = 100 + 7 * j;  // Q and K at different positions: each its own
+                  v.heads = H;
+                  v.head_dim = D;
+                }
+                if (!fused) k.out = HeadSliceOut{tgts[i].get(), hb, hn, hn * static_cast<int64_t>(D), S * hn * D};
+              };
+              NormRopeParams pq, pk;
+              for (NormRopeParams* p : {&pq, &pk}) {
+                p->norm = nk;
+                p->rope = RopeKind::k1D;
+                p->eps = 1e-6f;
+                p->rope_theta = 10000.0f;
+              }
+              pq.gamma = dgq.as<float>(), pq.beta = dbq.as<float>();
+              pk.gamma = dgk.as<float>(), pk.beta = dbk.as<float>();
+              auto cs = static_cast<cudaStream_t>(stream_->native());
+              const NormRopeKernel kv = NormRopeKernel::kVector;
+              QkView q, k;
+              views(0, q, k);
+              launch_norm_rope(cs, q, dt, pq, kv, 0, pipe, w.staged);
+              launch_norm_rope(cs, k, dt, pk, kv, 0, pipe, w.staged);
+              views(1, q, k);
+              launch_norm_rope_qk(cs, q, pq, k, pk, dt, kv, 0, pipe, w.staged);
+              EXPECT_NE(last_norm_rope_launch().kernel.find("Q+K one launch"), std::string::npos)
+                  << last_norm_rope_launch().kernel;
+              stream_->synchronize();
+              HostTensor got[2] = {HostTensor(dt, n), HostTensor(dt, n)};
+              HostTensor got_t[2] = {HostTensor(dt, target.size()), HostTensor(dt, target.size())};
+              for (int i = 0; i < 2; ++i) {
+                download(got[i], bufs[i]);
+                download(got_t[i], tgts[i]);
+              }
+              ASSERT_EQ(got[0].bytes, got[1].bytes);
+              ASSERT_EQ(got_t[0].bytes, got_t[1].bytes);
+              ASSERT_NE(got[0].bytes, x.bytes);  // something was written
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The shared-memory staged walk (whole rows copied in with cp.async, two buffers per
 // warp in turn), batches of 4 and 8 passes, every norm kind, head_dim 64, 72 and 128 at
 // the benchmark's head counts (rows of 12 to 42 passes), every dtype, fused and separate
