@@ -195,22 +195,23 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       p.beta = beta.as<float>();
       // The vector kernel as the layer runs it; also with 8 and 12 passes in flight
       // forced (not pipelined), its software-pipelined walk with batches of 4, 6 and 8
-      // (per-head norms and RoPE; the across-heads norm pipelines whole rows instead), its
-      // shared-memory staged walk with batches of 4 and 8, and the general kernel.
-      constexpr int kVariants = 11;
+      // (per-head norms and RoPE; the across-heads norm pipelines whole rows instead, or
+      // walks a row a block: "block rows"), its shared-memory staged walk with batches of
+      // 4 and 8, the general kernel, and the pick with Q and K in one launch.
+      constexpr int kVariants = 12;
       double ms_kernel[kVariants] = {};
       const NormRopeKernel kVec = NormRopeKernel::kVector;
       const NormRopeKernel which[kVariants] = {kVec, NormRopeKernel::kGeneral, kVec, kVec, kVec, kVec,
-                                               kVec, kVec, kVec, kVec, kVec};
-      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0, 0, 0, 0, 0};
-      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8, -1, -1, 12, -1};
-      const int staged[kVariants] = {-1, -1, 0, 0, 0, 0, 0, 4, 8, 0, -1};
+                                               kVec, kVec, kVec, kVec, kVec, kVec};
+      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0};
+      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8, -1, -1, 12, 16, -1};
+      const int staged[kVariants] = {-1, -1, 0, 0, 0, 0, 0, 4, 8, 0, 0, -1};
       // The last: the layer's pick with Q and K in one launch (launch_norm_rope_qk).
       constexpr int kQk = kVariants - 1;
       const char* variant[kVariants] = {"", " (general kernel)", " (vector, 8 passes)", " (vector, 12 passes)",
                                         " (vector, pipelined 4)", " (vector, pipelined 6)", " (vector, pipelined 8)",
                                         " (vector, staged 4)", " (vector, staged 8)", " (vector, pipelined rows)",
-                                        " (the pick, Q+K one launch)"};
+                                        " (vector, block rows)", " (the pick, Q+K one launch)"};
       NormRopeLaunchInfo qk_info;
       NormRopeLaunchInfo info;
       for (int w = 0; w < kVariants; ++w) {
@@ -218,8 +219,9 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
         // the others pipeline batches of passes.
         const bool across = kinds[ki] == NormKind::kRmsAcrossHeads;
         const int G = std::min(32, sh.D * static_cast<int>(es) / 16), passes = (sh.H + 32 / G - 1) / (32 / G);
-        if (pipe[w] > 0 && across != (pipe[w] == 12)) continue;
+        if (pipe[w] > 0 && across != (pipe[w] == 12 || pipe[w] == 16)) continue;
         if (pipe[w] == 12 && passes > 12) continue;
+        if (pipe[w] == 16 && passes > 48) continue;
         auto run = [&] {
           if (w == kQk) {
             launch_norm_rope_qk(cu(s), view_of(0), p, view_of(1), p, sh.dt, which[w], batch[w], pipe[w], staged[w]);

@@ -316,7 +316,11 @@ __device__ __forceinline__ void load_f32x(const float* __restrict__ src, float* 
 // into shared memory with cp.async, the next row in flight while the current is
 // computed from shared memory (kStaged: a row's worth of bytes in flight per warp at no
 // register cost, for every norm kind, the across-heads one included).
-enum Walk : int { kPlain = 0, kPipelined = 1, kStaged = 2 };
+// kBlockRows (across-heads RMS): a block's four warps share a row, each holding a quarter
+// of its passes in registers, the row's sum of squares reduced through shared memory
+// with one barrier a row; the block's next row loads while this one is reduced and
+// stored (two register buffers, as in kPipelined).
+enum Walk : int { kPlain = 0, kPipelined = 1, kStaged = 2, kBlockRows = 3 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -561,7 +565,52 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(const Ro
     for (int p = 0; p < kNB; ++p) finish(p0 + p, v[p], mu[p], rinv[p]);
   };
 
-  if constexpr (kWalk == kStaged) {
+  if constexpr (kWalk == kBlockRows) {
+    // kNB: passes per warp, the warp's share of the row (warp w: passes w*kNB ..
+    // w*kNB + kNB - 1; the launcher sees to 4 * kNB >= passes). Rows walked by whole
+    // blocks: the loop and the barrier are uniform across the block.
+    static_assert(norm == static_cast<int>(NormKind::kRmsAcrossHeads), "the block walk is across-heads RMS's");
+    __shared__ float red[2][kRowWarps];  // per row parity: a barrier a row keeps the two apart
+    const int wi = threadIdx.x >> 5;
+    const int p_first = wi * kNB;
+    const float inv_n = 1.0f / (static_cast<float>(heads) * static_cast<float>(D));
+    V a[kNB][kCPL], b[kNB][kCPL];
+    auto load_item = [&](int64_t rr, V (&v)[kNB][kCPL]) {
+      if (rr >= rows) return;
+      const T* xr = data + rr * pl.row_pitch;
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) load_row(xr, p_first + p, v[p]);  // past the last head: zeros
+    };
+    auto do_row = [&](int64_t rr, V (&v)[kNB][kCPL], int parity) {
+      begin_row(rr);
+      float s1 = 0.0f, s2[1] = {0.0f};
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) lane_sums(v[p], 0.0f, s1, s2[0]);
+      warp_sums(s2);
+      if (lane == 0) red[parity][wi] = s2[0];
+      __syncthreads();
+      float total = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kRowWarps; ++w) total += red[parity][w];  // the same order on every warp
+      const float rinv = rsqrtf(total * inv_n + eps);
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) finish(p_first + p, v[p], 0.0f, rinv);
+    };
+    int64_t r = block;
+    int parity = 0;
+    load_item(r, a);
+    while (r < rows) {
+      load_item(r + grid, b);
+      do_row(r, a, parity);
+      parity ^= 1;
+      r += grid;
+      if (r >= rows) break;
+      load_item(r + grid, a);
+      do_row(r, b, parity);
+      parity ^= 1;
+      r += grid;
+    }
+  } else if constexpr (kWalk == kStaged) {
     // Two row buffers per warp in shared memory; lane l copies and later reads back only
     // its own chunks (the same lane/chunk map as the register walks), so the copies need
     // no barrier, only the lane's own cp.async.wait_group.
@@ -755,8 +804,9 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
     resident = std::max(1, sms * per_sm);
     resident_smem = smem;
   }
-  // Two views: half the resident grid each (at least a block each).
-  const int64_t want = sets.n * ((rows + kRowWarps - 1) / kRowWarps);
+  // Two views: half the resident grid each (at least a block each). The block walk takes
+  // a block a row, the others a warp a row.
+  const int64_t want = sets.n * (kWalk == kBlockRows ? rows : (rows + kRowWarps - 1) / kRowWarps);
   const unsigned blocks = static_cast<unsigned>(std::max<int64_t>(sets.n, std::min<int64_t>(want, resident)));
   kernel<<<blocks, kRowWarps * 32, smem, s>>>(sets, rows, x.heads, G, static_cast<int>(p.rope), p.eps, p.rope_theta);
   // Bytes in flight per warp: the staged walk's next row; a register walk's batch of
@@ -764,6 +814,7 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
   const int hpw = 32 / G, passes = (x.heads + hpw - 1) / hpw;
   const size_t row_bytes = static_cast<size_t>(x.heads) * x.head_dim * sizeof(T);
   const size_t batch_bytes = static_cast<size_t>(std::min(passes, kNB)) * hpw * G * kCPL * 16;
+  // (The block walk: a warp's share of a row, kNB passes.)
   last_launch = {std::string(name) + (sets.n == 2 ? ", Q+K one launch" : ""), static_cast<int>(blocks), kRowWarps * 32,
                  per_sm, regs, smem,
                  std::min(row_bytes, kWalk == kStaged ? row_bytes : batch_bytes)};
@@ -807,6 +858,29 @@ void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x
       norm_rope_rows_launch<T, kNorm, 1, 4, kStaged>(s, sets, x, p, G, "staged 4");
     }
     return;
+  }
+  if constexpr (across) {
+    // Across heads, the block walk (pipe 16): a block a row, each warp a quarter of it, the
+    // next row loading while this one is reduced and stored. The layer's pick where a row
+    // is at most 48 passes (every shape of the benchmark), in place of the plain walk of
+    // 12 passes (71-73% of the copy bound at 16-bit types, 68-70% fp32 D64/D128 and 44-46%
+    // fp32 D72, at e8c2632): that walk loads a whole row per warp and then waits on it with
+    // nothing in flight (119 registers, 16 warps a multiprocessor), while the per-head
+    // norms' pipelined walk, which keeps a batch loading while it computes, reached 79-81%.
+    // Registers (nvcc -Xptxas -v, sm_90): 3 passes a warp 69-71 (7 blocks, 28 warps a
+    // multiprocessor), 4: 80 (24 warps), 6: 106-110 (16), 12: 164-168 (12; fp32 D72 only).
+    // Not measured yet on a GPU: bench_kernels' "(vector, 12 passes)" row is the old pick.
+    const bool block_fits = chunks <= 32 && passes <= 4 * 12;
+    if (pipe == 16 || (pipe < 0 && batch == 0 && block_fits)) {
+      UIPC_CHECK(block_fits, "norm_rope: the across-heads block walk takes rows of at most 48 passes of one chunk a "
+                             "lane, not " + std::to_string(passes) + " of " + std::to_string(chunks) + " chunks a head");
+      const int per_warp = (passes + kRowWarps - 1) / kRowWarps;
+      if (per_warp <= 3) norm_rope_rows_launch<T, kNorm, 1, 3, kBlockRows>(s, sets, x, p, G, "block rows 3");
+      else if (per_warp <= 4) norm_rope_rows_launch<T, kNorm, 1, 4, kBlockRows>(s, sets, x, p, G, "block rows 4");
+      else if (per_warp <= 6) norm_rope_rows_launch<T, kNorm, 1, 6, kBlockRows>(s, sets, x, p, G, "block rows 6");
+      else norm_rope_rows_launch<T, kNorm, 1, 12, kBlockRows>(s, sets, x, p, G, "block rows 12");
+      return;
+    }
   }
   if (pipe < 0) {
     // As bench_kernels measured on the H200 (rows "(vector, pipelined N)" against
@@ -1061,9 +1135,10 @@ namespace {
 // The arguments' checks; false when there is nothing to do (neither norm nor RoPE).
 bool norm_rope_args_ok(const QkView& x, const NormRopeParams& p, int batch, int pipe, int staged) {
   UIPC_CHECK(batch == 0 || batch == 8 || batch == 12, "norm_rope: batch must be 0, 8 or 12");
-  UIPC_CHECK(pipe == -1 || pipe == 0 || pipe == 4 || pipe == 6 || pipe == 8 || pipe == 12,
-             "norm_rope: pipe must be -1, 0, 4, 6, 8 or 12 (12: across-heads RMS only)");
-  UIPC_CHECK(pipe != 12 || p.norm == NormKind::kRmsAcrossHeads, "norm_rope: pipe 12 is the across-heads walk");
+  UIPC_CHECK(pipe == -1 || pipe == 0 || pipe == 4 || pipe == 6 || pipe == 8 || pipe == 12 || pipe == 16,
+             "norm_rope: pipe must be -1, 0, 4, 6, 8, 12 or 16 (12, 16: across-heads RMS only)");
+  UIPC_CHECK((pipe != 12 && pipe != 16) || p.norm == NormKind::kRmsAcrossHeads,
+             "norm_rope: pipe 12 and 16 are across-heads walks");
   UIPC_CHECK(staged == -1 || staged == 0 || staged == 4 || staged == 8, "norm_rope: staged must be -1, 0, 4 or 8");
   UIPC_CHECK(staged <= 0 || (batch == 0 && pipe <= 0), "norm_rope: the staged walk excludes batch and pipe");
   UIPC_CHECK(x.head_dim > 0 && x.head_dim <= 2 * 32 * kMaxPairsPerLane,
