@@ -22,7 +22,6 @@ cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
 LOG=$ROOT/build-gpu/logs/kern22
 mkdir -p "$LOG"
-DEST=${OUT:-$LOG}
 JOBS=${JOBS:-16}
 STEPS=" ${STEPS:-bench tests} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
@@ -33,8 +32,9 @@ step() {  # step NAME LIMIT CMD...: output to $LOG/NAME.txt
   local t0=$SECONDS
   timeout "$limit" "$@" >"$LOG/$name.txt" 2>&1
   local rc=$?
-  SUMMARY+=("$(printf '%-22s | %s, %ss' "$name" "$([ $rc -eq 0 ] && echo PASS ||
-    { [ $rc -eq 124 ] && echo "TIMEOUT (${limit}s)" || echo "FAIL (rc $rc)"; })" $((SECONDS - t0)))")
+  local verdict="FAIL (rc $rc)"
+  if [ $rc -eq 0 ]; then verdict=PASS; elif [ $rc -eq 124 ]; then verdict="TIMEOUT (${limit}s)"; fi
+  SUMMARY+=("$(printf '%-22s | %s, %ss' "$name" "$verdict" $((SECONDS - t0)))")
   printf '%s\n' "${SUMMARY[@]}" >"$LOG/summary.txt"
   [ -n "${OUT:-}" ] && tar czf "$OUT/logs.tgz" -C "$ROOT/build-gpu/logs" kern22
   return $rc
