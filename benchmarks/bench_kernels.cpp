@@ -120,6 +120,10 @@ struct NormCell {
   std::string kind, dtype, layout, kernel;
   int D = 0, H = 0;
   double ms = 0, gbs = 0, of_bound = 0, stream_ms = 0, of_stream = 0, rope_only_ms = 0, bytes = 0;
+  // Q and K in one launch (launch_norm_rope_qk; not yet what the layer runs), and the
+  // streaming kernel over both views in one launch: what the second launch costs.
+  double qk_ms = 0, qk_of_bound = 0, stream1_ms = 0, stream1_of_bound = 0;
+  std::string qk_kernel;
   int blocks = 0, blocks_per_sm = 0, warps_per_sm = 0, regs = 0;
   double smem_kb = 0, inflight_kb_per_sm = 0;
 };
@@ -163,12 +167,25 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       for (int j = 0; j < 2; ++j)
         launch_stream_rows(cu(s), view_of(j).data, M, width * static_cast<long long>(es), pitch * static_cast<long long>(es));
     });
+    // The same, both views in one launch: fused, Q and K side by side in each row (rows of
+    // twice the bytes); separate, K's rows follow Q's in one buffer (twice the rows).
+    const double stream1_ms = time_ms(dev, s, 3, 20, [&] {
+      if (sh.fused)
+        launch_stream_rows(cu(s), view_of(0).data, M, 2 * width * static_cast<long long>(es),
+                           pitch * static_cast<long long>(es));
+      else
+        launch_stream_rows(cu(s), view_of(0).data, 2 * M, width * static_cast<long long>(es),
+                           width * static_cast<long long>(es));
+    });
     char shape[96];
     std::snprintf(shape, sizeof(shape), "M%lld H%d D%d %s %s", static_cast<long long>(M), sh.H, sh.D,
                   dtype_name(sh.dt), sh.fused ? "fused" : "separate");
     rows.push_back({"norm+rope", "stream the same Q and K views in place (no math)", shape, stream_ms,
                     bytes / stream_ms * 1e-9, "TB/s", bytes / stream_ms * 1e-9 / bound_tbs,
                     "the streaming bound at this size: same bytes, same launches, no arithmetic"});
+    rows.push_back({"norm+rope", "stream the same Q and K views in place, one launch (no math)", shape, stream1_ms,
+                    bytes / stream1_ms * 1e-9, "TB/s", bytes / stream1_ms * 1e-9 / bound_tbs,
+                    "the streaming bound with Q and K in one launch: one ramp-up and drain of the grid, not two"});
     double rope_only_ms = 0;
     for (int ki = 3; ki >= 0; --ki) {  // RoPE only first: the norms' cells quote it
       NormRopeParams p;
@@ -178,40 +195,52 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       p.beta = beta.as<float>();
       // The vector kernel as the layer runs it; also with 8 and 12 passes in flight
       // forced (not pipelined), its software-pipelined walk with batches of 4, 6 and 8
-      // (per-head norms and RoPE; the across-heads norm pipelines whole rows instead), its
-      // shared-memory staged walk with batches of 4 and 8, and the general kernel.
-      constexpr int kVariants = 10;
+      // (per-head norms and RoPE; the across-heads norm pipelines whole rows instead, or
+      // walks a row a block: "block rows"), its shared-memory staged walk with batches of
+      // 4 and 8, the general kernel, and the pick with Q and K in one launch.
+      constexpr int kVariants = 12;
       double ms_kernel[kVariants] = {};
       const NormRopeKernel kVec = NormRopeKernel::kVector;
-      const NormRopeKernel which[kVariants] = {kVec, NormRopeKernel::kGeneral, kVec, kVec, kVec,
-                                               kVec, kVec, kVec, kVec, kVec};
-      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0, 0, 0, 0};
-      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8, -1, -1, 12};
-      const int staged[kVariants] = {-1, -1, 0, 0, 0, 0, 0, 4, 8, 0};
+      const NormRopeKernel which[kVariants] = {kVec, NormRopeKernel::kGeneral, kVec, kVec, kVec, kVec,
+                                               kVec, kVec, kVec, kVec, kVec, kVec};
+      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0};
+      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8, -1, -1, 12, 16, -1};
+      const int staged[kVariants] = {-1, -1, 0, 0, 0, 0, 0, 4, 8, 0, 0, -1};
+      // The last: the layer's pick with Q and K in one launch (launch_norm_rope_qk).
+      constexpr int kQk = kVariants - 1;
       const char* variant[kVariants] = {"", " (general kernel)", " (vector, 8 passes)", " (vector, 12 passes)",
                                         " (vector, pipelined 4)", " (vector, pipelined 6)", " (vector, pipelined 8)",
-                                        " (vector, staged 4)", " (vector, staged 8)", " (vector, pipelined rows)"};
+                                        " (vector, staged 4)", " (vector, staged 8)", " (vector, pipelined rows)",
+                                        " (vector, block rows)", " (the pick, Q+K one launch)"};
+      NormRopeLaunchInfo qk_info;
       NormRopeLaunchInfo info;
       for (int w = 0; w < kVariants; ++w) {
         // The across-heads norm pipelines whole rows (pipe 12, rows of at most 12 passes);
         // the others pipeline batches of passes.
         const bool across = kinds[ki] == NormKind::kRmsAcrossHeads;
         const int G = std::min(32, sh.D * static_cast<int>(es) / 16), passes = (sh.H + 32 / G - 1) / (32 / G);
-        if (pipe[w] > 0 && across != (pipe[w] == 12)) continue;
+        if (pipe[w] > 0 && across != (pipe[w] == 12 || pipe[w] == 16)) continue;
         if (pipe[w] == 12 && passes > 12) continue;
+        if (pipe[w] == 16 && passes > 48) continue;
         auto run = [&] {
+          if (w == kQk) {
+            launch_norm_rope_qk(cu(s), view_of(0), p, view_of(1), p, sh.dt, which[w], batch[w], pipe[w], staged[w]);
+            return;
+          }
           for (int j = 0; j < 2; ++j) launch_norm_rope(cu(s), view_of(j), sh.dt, p, which[w], batch[w], pipe[w], staged[w]);
         };
         ms_kernel[w] = time_ms(dev, s, 3, 20, run);
         if (w == 0) info = last_norm_rope_launch();
+        if (w == kQk) qk_info = last_norm_rope_launch();
       }
       for (int w = 0; w < kVariants; ++w) {
         if (ms_kernel[w] == 0) continue;
         const double tbs = bytes / ms_kernel[w] * 1e-9;
         rows.push_back({"norm+rope", std::string("norm+RoPE ") + kind_names[ki] + variant[w],
                         shape, ms_kernel[w], tbs, "TB/s", tbs / bound_tbs,
-                        w == 0 ? "Q and K, bytes = read+write; the layer's pick: " + info.kernel
-                               : "Q and K, bytes = read+write"});
+                        w == 0     ? "Q and K, bytes = read+write; the layer's pick: " + info.kernel
+                        : w == kQk ? "Q and K, bytes = read+write; " + qk_info.kernel
+                                   : "Q and K, bytes = read+write"});
       }
       if (ki == 3) rope_only_ms = ms_kernel[0];
       NormCell c;
@@ -225,6 +254,11 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       c.gbs = bytes / c.ms * 1e-6;
       c.of_bound = bytes / c.ms * 1e-9 / bound_tbs;
       c.stream_ms = stream_ms;
+      c.stream1_ms = stream1_ms;
+      c.stream1_of_bound = bytes / stream1_ms * 1e-9 / bound_tbs;
+      c.qk_ms = ms_kernel[kQk];
+      c.qk_of_bound = bytes / c.qk_ms * 1e-9 / bound_tbs;
+      c.qk_kernel = qk_info.kernel;
       c.of_stream = stream_ms / c.ms;
       c.rope_only_ms = rope_only_ms;
       c.bytes = bytes;
@@ -248,19 +282,26 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
 // shape (the cost of the walk without the norm), occupancy and bytes in flight.
 void print_norm_table(const std::vector<NormCell>& cells, double bound_tbs) {
   std::printf("\nnorm+RoPE table (Q and K of M16896 tokens, two launches; bound = %.3f TB/s device copy)\n", bound_tbs);
-  std::printf("%-16s | %4s | %3s | %-4s | %-8s | %-24s | %8s | %7s | %6s | %8s | %7s | %8s | %6s | %5s | %4s | %5s | %7s | %9s | %s\n",
+  std::printf("%-16s | %4s | %3s | %-4s | %-8s | %-24s | %8s | %7s | %6s | %8s | %7s | %8s | %6s | %5s | %4s | %5s | %7s | %9s | %14s | %8s | %6s | %6s | %s\n",
               "kind", "D", "H", "type", "layout", "kernel", "ms", "GB/s", "%bound", "strm ms", "%strm", "rope ms",
-              "MB", "grid", "b/SM", "w/SM", "regs", "smem KB/b", "inflight KB/SM");
-  std::printf("%s\n", std::string(190, '-').c_str());
-  int below = 0;
+              "MB", "grid", "b/SM", "w/SM", "regs", "smem KB/b", "inflight KB/SM", "1-lnch ms", "%bound",
+              "%strm1", "");
+  std::printf("%s\n", std::string(236, '-').c_str());
+  int below = 0, below_qk = 0;
   for (const auto& c : cells) {
     below += c.of_bound < 0.85;
-    std::printf("%-16s | %4d | %3d | %-4s | %-8s | %-24s | %8.4f | %7.0f | %5.1f%% | %8.4f | %6.1f%% | %8.4f | %6.1f | %5d | %4d | %5d | %7d | %9.1f | %.0f%s\n",
+    below_qk += c.qk_of_bound < 0.85;
+    std::printf("%-16s | %4d | %3d | %-4s | %-8s | %-24s | %8.4f | %7.0f | %5.1f%% | %8.4f | %6.1f%% | %8.4f | %6.1f | %5d | %4d | %5d | %7d | %9.1f | %14.0f | %8.4f | %5.1f%% | %5.1f%% |%s%s\n",
                 c.kind.c_str(), c.D, c.H, c.dtype.c_str(), c.layout.c_str(), c.kernel.c_str(), c.ms, c.gbs,
                 100 * c.of_bound, c.stream_ms, 100 * c.of_stream, c.rope_only_ms, c.bytes / 1e6, c.blocks, c.blocks_per_sm,
-                c.warps_per_sm, c.regs, c.smem_kb, c.inflight_kb_per_sm, c.of_bound < 0.85 ? "  <85%" : "");
+                c.warps_per_sm, c.regs, c.smem_kb, c.inflight_kb_per_sm, c.qk_ms, 100 * c.qk_of_bound,
+                100 * c.stream1_ms / c.qk_ms, c.of_bound < 0.85 ? " <85%" : "", c.qk_of_bound < 0.85 ? " 1-lnch<85%" : "");
   }
-  std::printf("cells below 85%% of the copy bound: %d of %zu\n", below, cells.size());
+  std::printf("cells below 85%% of the copy bound: %d of %zu (two launches, what the layer runs); with Q and K in one "
+              "launch: %d of %zu\n",
+              below, cells.size(), below_qk, cells.size());
+  std::printf("1-lnch: the same pick with Q and K in one launch (launch_norm_rope_qk); %%strm1: the streaming kernel "
+              "over both views in one launch, as a share of it\n");
 }
 
 // --- GEMM: the fused QKV projection at Ulysses2 FLUX 2048 (M8448), whole and split the
@@ -629,6 +670,8 @@ void write_h5(const std::string& path, const std::vector<Row>& rows, const std::
     std::vector<std::string> kind, dtype, layout, kernel;
     std::vector<int64_t> D, H, blocks, blocks_per_sm, warps_per_sm, regs;
     std::vector<double> ms, gbs, of_bound, stream_ms, of_stream, rope_only_ms, bytes, smem_kb, inflight;
+    std::vector<double> qk_ms, qk_of_bound, stream1_ms, stream1_of_bound;
+    std::vector<std::string> qk_kernel;
     for (const auto& c : cells) {
       kind.push_back(c.kind);
       dtype.push_back(c.dtype);
@@ -649,7 +692,17 @@ void write_h5(const std::string& path, const std::vector<Row>& rows, const std::
       bytes.push_back(c.bytes);
       smem_kb.push_back(c.smem_kb);
       inflight.push_back(c.inflight_kb_per_sm);
+      qk_ms.push_back(c.qk_ms);
+      qk_of_bound.push_back(c.qk_of_bound);
+      stream1_ms.push_back(c.stream1_ms);
+      stream1_of_bound.push_back(c.stream1_of_bound);
+      qk_kernel.push_back(c.qk_kernel);
     }
+    g.write_attr("qk_one_launch_ms", qk_ms);
+    g.write_attr("qk_one_launch_of_bound", qk_of_bound);
+    g.write_attr("qk_one_launch_kernel", qk_kernel);
+    g.write_attr("stream_one_launch_ms", stream1_ms);
+    g.write_attr("stream_one_launch_of_bound", stream1_of_bound);
     g.write_attr("kind", kind);
     g.write_attr("dtype", dtype);
     g.write_attr("layout", layout);

@@ -316,7 +316,11 @@ __device__ __forceinline__ void load_f32x(const float* __restrict__ src, float* 
 // into shared memory with cp.async, the next row in flight while the current is
 // computed from shared memory (kStaged: a row's worth of bytes in flight per warp at no
 // register cost, for every norm kind, the across-heads one included).
-enum Walk : int { kPlain = 0, kPipelined = 1, kStaged = 2 };
+// kBlockRows (across-heads RMS): a block's four warps share a row, each holding a quarter
+// of its passes in registers, the row's sum of squares reduced through shared memory
+// with one barrier a row; the block's next row loads while this one is reduced and
+// stored (two register buffers, as in kPipelined).
+enum Walk : int { kPlain = 0, kPipelined = 1, kStaged = 2, kBlockRows = 3 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -326,12 +330,55 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int kN>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kN) : "memory"); }
 
+// One view's rows for the vector kernel: where they are, where moved heads go, their
+// positions and norm weights. A launch takes one or two (Q and K in one launch).
+template <typename T>
+struct RowSet {
+  T* data;
+  T* out;
+  RowPlace pl;
+  int64_t pos_offset;
+  const float* gamma;
+  const float* beta;
+};
+template <typename T>
+struct RowSets {
+  RowSet<T> s0, s1;
+  int n;  // 1 or 2
+};
+template <typename T>
+__device__ __forceinline__ T pick2(bool second, T a, T b) {
+  return second ? b : a;
+}
+
 template <typename T, int kNorm, int kCPL, int kNB, int kWalk>
-__global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __restrict__ data, T* __restrict__ out,
-                                                                         RowPlace pl, int64_t rows, int64_t pos_offset,
-                                                                         int heads, int G, int rope, float eps,
-                                                                         float theta, const float* __restrict__ gamma,
-                                                                         const float* __restrict__ beta) {
+__global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(const RowSets<T> sets, int64_t rows, int heads,
+                                                                         int G, int rope, float eps, float theta) {
+  // Two views (Q and K) in one launch: the grid's first half walks the first view's rows,
+  // the second half the second's; every warp keeps to one view (its weights loaded once).
+  // One launch instead of two: one ramp-up and one drain of the grid, not two.
+  // The view's fields, selected at run time, live in registers where the parameters of
+  // one view were read from the constant bank: nvcc -Xptxas -v (sm_90, against cdebad3)
+  // shows the layer's picks unchanged or lower (LayerNorm's two-pass variance: 117-166 ->
+  // 90-128), but some walks the layer does not pick higher: across-heads plain 12 at
+  // 16-bit 119 -> 168, fp32 114 -> 128; RoPE-only plain 12 at 16-bit 96 -> 110.
+  const unsigned half_grid = sets.n == 2 ? (gridDim.x + 1) / 2 : gridDim.x;
+  const bool second = blockIdx.x >= half_grid;
+  const unsigned block = second ? blockIdx.x - half_grid : blockIdx.x;
+  const unsigned grid = second ? gridDim.x - half_grid : half_grid;
+  T* const data = pick2(second, sets.s0.data, sets.s1.data);
+  T* const out = pick2(second, sets.s0.out, sets.s1.out);
+  RowPlace pl;
+  pl.row_pitch = pick2(second, sets.s0.pl.row_pitch, sets.s1.pl.row_pitch);
+  pl.tokens_per_batch = pick2(second, sets.s0.pl.tokens_per_batch, sets.s1.pl.tokens_per_batch);
+  pl.head_dim = sets.s0.pl.head_dim;  // the same for both views
+  pl.out_begin = pick2(second, sets.s0.pl.out_begin, sets.s1.pl.out_begin);
+  pl.out_count = pick2(second, sets.s0.pl.out_count, sets.s1.pl.out_count);
+  pl.out_row_pitch = pick2(second, sets.s0.pl.out_row_pitch, sets.s1.pl.out_row_pitch);
+  pl.out_batch_pitch = pick2(second, sets.s0.pl.out_batch_pitch, sets.s1.pl.out_batch_pitch);
+  const int64_t pos_offset = pick2(second, sets.s0.pos_offset, sets.s1.pos_offset);
+  const float* __restrict__ gamma = pick2(second, sets.s0.gamma, sets.s1.gamma);
+  const float* __restrict__ beta = pick2(second, sets.s0.beta, sets.s1.beta);
   constexpr int norm = kNorm;  // a template parameter: no branches, no registers for other kinds
   using V = Vec<T>;
   constexpr int kVE = V::kVE;
@@ -372,8 +419,8 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
     if constexpr (norm == static_cast<int>(NormKind::kLayerPerHead)) load_f32x(beta + c * kVE, b_own[j], kVE);
   }
   // A grid of resident warps walks the rows, one row per warp at a time.
-  int64_t row = static_cast<int64_t>(blockIdx.x) * kRowWarps + (threadIdx.x >> 5);
-  const int64_t row_step = static_cast<int64_t>(gridDim.x) * kRowWarps;
+  int64_t row = static_cast<int64_t>(block) * kRowWarps + (threadIdx.x >> 5);
+  const int64_t row_step = static_cast<int64_t>(grid) * kRowWarps;
   T* x = nullptr;
   T* out_row = nullptr;
 
@@ -439,6 +486,18 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
     }
   };
 
+  // Sum of one pass's values on this lane.
+  auto lane_sums1 = [&](const V (&v)[kCPL], float& s1) {
+#pragma unroll
+    for (int j = 0; j < kCPL; ++j) {
+      if (!has[j]) continue;
+      float f[kVE];
+      v[j].to_floats(f);
+#pragma unroll
+      for (int i = 0; i < kVE; ++i) s1 += f[i];
+    }
+  };
+
   // A row's place (input, target) and its RoPE angles: once per row.
   auto begin_row = [&](int64_t r) {
     x = data + r * pl.row_pitch;
@@ -482,33 +541,81 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(T* __res
 #pragma unroll
       for (int p = 0; p < kNB; ++p) rinv[p] = r;
     } else if constexpr (norm == static_cast<int>(NormKind::kLayerPerHead)) {
-      // Mean and variance in one pass over values shifted by one of the head's own
-      // values, c (its first, from the group's first lane): var = E[(x-c)^2] - E[x-c]^2
-      // has no cancellation to speak of when c is a sample of the head (E[x^2] - mu^2
-      // would), and both sums reduce at once.
-      float s[2 * kNB];
+      // Mean, then variance over the values still in registers (two passes, two
+      // reductions of kNB chains each: as many shuffles as one reduction of both sums).
+      // The one-pass E[(x-c)^2] - E[x-c]^2, shifted by one of the head's values, lost up
+      // to ~2e-5 of the variance at fp32 to cancellation when c sat far from the mean
+      // (CudaKernelsTest.NormRopeVectorKernelPipelinedWalk, fp32 pipe 8: 4.50e-5 against
+      // a tolerance of 4.38e-5); sum((x - mu)^2) has no cancellation.
+      float s1[kNB];
 #pragma unroll
       for (int p = 0; p < kNB; ++p) {
-        float f0[V::kVE];
-        v[p][0].to_floats(f0);
-        const float c = __shfl_sync(0xffffffffu, f0[0], base);
-        mu[p] = c;
-        s[p] = s[kNB + p] = 0.0f;
-        lane_sums(v[p], c, s[p], s[kNB + p]);
+        s1[p] = 0.0f;
+        lane_sums1(v[p], s1[p]);
       }
-      group_sums(s, G, base);
+      group_sums(s1, G, base);
+      float s2[kNB];
 #pragma unroll
       for (int p = 0; p < kNB; ++p) {
-        const float d = s[p] * inv_n;  // E[x - c]
-        mu[p] += d;
-        rinv[p] = rsqrtf(fmaxf(s[kNB + p] * inv_n - d * d, 0.0f) + eps);
+        mu[p] = s1[p] * inv_n;
+        float d1 = 0.0f;
+        s2[p] = 0.0f;
+        lane_sums(v[p], mu[p], d1, s2[p]);
       }
+      group_sums(s2, G, base);
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) rinv[p] = rsqrtf(s2[p] * inv_n + eps);
     }
 #pragma unroll
     for (int p = 0; p < kNB; ++p) finish(p0 + p, v[p], mu[p], rinv[p]);
   };
 
-  if constexpr (kWalk == kStaged) {
+  if constexpr (kWalk == kBlockRows) {
+    // kNB: passes per warp, the warp's share of the row (warp w: passes w*kNB ..
+    // w*kNB + kNB - 1; the launcher sees to 4 * kNB >= passes). Rows walked by whole
+    // blocks: the loop and the barrier are uniform across the block.
+    static_assert(norm == static_cast<int>(NormKind::kRmsAcrossHeads), "the block walk is across-heads RMS's");
+    __shared__ float red[2][kRowWarps];  // per row parity: a barrier a row keeps the two apart
+    const int wi = threadIdx.x >> 5;
+    const int p_first = wi * kNB;
+    const float inv_n = 1.0f / (static_cast<float>(heads) * static_cast<float>(D));
+    V a[kNB][kCPL], b[kNB][kCPL];
+    auto load_item = [&](int64_t rr, V (&v)[kNB][kCPL]) {
+      if (rr >= rows) return;
+      const T* xr = data + rr * pl.row_pitch;
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) load_row(xr, p_first + p, v[p]);  // past the last head: zeros
+    };
+    auto do_row = [&](int64_t rr, V (&v)[kNB][kCPL], int parity) {
+      begin_row(rr);
+      float s1 = 0.0f, s2[1] = {0.0f};
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) lane_sums(v[p], 0.0f, s1, s2[0]);
+      warp_sums(s2);
+      if (lane == 0) red[parity][wi] = s2[0];
+      __syncthreads();
+      float total = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kRowWarps; ++w) total += red[parity][w];  // the same order on every warp
+      const float rinv = rsqrtf(total * inv_n + eps);
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) finish(p_first + p, v[p], 0.0f, rinv);
+    };
+    int64_t r = block;
+    int parity = 0;
+    load_item(r, a);
+    while (r < rows) {
+      load_item(r + grid, b);
+      do_row(r, a, parity);
+      parity ^= 1;
+      r += grid;
+      if (r >= rows) break;
+      load_item(r + grid, a);
+      do_row(r, b, parity);
+      parity ^= 1;
+      r += grid;
+    }
+  } else if constexpr (kWalk == kStaged) {
     // Two row buffers per warp in shared memory; lane l copies and later reads back only
     // its own chunks (the same lane/chunk map as the register walks), so the copies need
     // no barrier, only the lane's own cp.async.wait_group.
@@ -678,8 +785,8 @@ void norm_rope_launch(cudaStream_t s, T* data, T* out, const RowPlace& pl, const
 }
 
 template <typename T, int kNorm, int kCPL, int kNB, int kWalk = kPlain>
-void norm_rope_rows_launch(cudaStream_t s, T* data, T* out, const RowPlace& pl, const QkView& x,
-                           const NormRopeParams& p, int G, const char* name) {
+void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView& x, const NormRopeParams& p, int G,
+                           const char* name) {
   const int64_t rows = x.batch * x.tokens_per_batch;
   auto* kernel = norm_rope_rows_kernel<T, kNorm, kCPL, kNB, kWalk>;
   // The staged walk's two row buffers per warp.
@@ -702,16 +809,19 @@ void norm_rope_rows_launch(cudaStream_t s, T* data, T* out, const RowPlace& pl, 
     resident = std::max(1, sms * per_sm);
     resident_smem = smem;
   }
-  const int64_t want = (rows + kRowWarps - 1) / kRowWarps;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(want, resident));
-  kernel<<<blocks, kRowWarps * 32, smem, s>>>(data, out, pl, rows, x.pos_offset, x.heads, G, static_cast<int>(p.rope),
-                                              p.eps, p.rope_theta, p.gamma, p.beta);
+  // Two views: half the resident grid each (at least a block each). The block walk takes
+  // a block a row, the others a warp a row.
+  const int64_t want = sets.n * (kWalk == kBlockRows ? rows : (rows + kRowWarps - 1) / kRowWarps);
+  const unsigned blocks = static_cast<unsigned>(std::max<int64_t>(sets.n, std::min<int64_t>(want, resident)));
+  kernel<<<blocks, kRowWarps * 32, smem, s>>>(sets, rows, x.heads, G, static_cast<int>(p.rope), p.eps, p.rope_theta);
   // Bytes in flight per warp: the staged walk's next row; a register walk's batch of
   // passes (two batches for the pipelined walk, one computed while the other loads).
   const int hpw = 32 / G, passes = (x.heads + hpw - 1) / hpw;
   const size_t row_bytes = static_cast<size_t>(x.heads) * x.head_dim * sizeof(T);
   const size_t batch_bytes = static_cast<size_t>(std::min(passes, kNB)) * hpw * G * kCPL * 16;
-  last_launch = {name, static_cast<int>(blocks), kRowWarps * 32, per_sm, regs, smem,
+  // (The block walk: a warp's share of a row, kNB passes.)
+  last_launch = {std::string(name) + (sets.n == 2 ? ", Q+K one launch" : ""), static_cast<int>(blocks), kRowWarps * 32,
+                 per_sm, regs, smem,
                  std::min(row_bytes, kWalk == kStaged ? row_bytes : batch_bytes)};
 }
 
@@ -726,8 +836,8 @@ bool staged_fits(const QkView& x) {
 // current is computed) for per-head norms and RoPE only: 4, 6 or 8; 0 off; -1 picks.
 // staged: the shared-memory staged walk with batches of 4 or 8 passes; 0 off; -1 picks.
 template <typename T, int kNorm>
-void norm_rope_rows_pick(cudaStream_t s, T* data, T* out, const RowPlace& pl, const QkView& x,
-                         const NormRopeParams& p, int chunks, int batch, int pipe, int staged) {
+void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x, const NormRopeParams& p, int chunks,
+                         int batch, int pipe, int staged) {
   const int G = chunks <= 32 ? chunks : 32;  // lanes per head
   const int passes = (x.heads + 32 / G - 1) / (32 / G);
   constexpr bool across = kNorm == static_cast<int>(NormKind::kRmsAcrossHeads);
@@ -746,13 +856,36 @@ void norm_rope_rows_pick(cudaStream_t s, T* data, T* out, const RowPlace& pl, co
     UIPC_CHECK(staged_fits<T>(x), "norm_rope: a row of " + std::to_string(x.heads * x.head_dim * sizeof(T)) +
                                       " bytes is too long for the staged walk");
     if (chunks > 32) {
-      norm_rope_rows_launch<T, kNorm, 2, 4, kStaged>(s, data, out, pl, x, p, G, "staged 4 (2 chunks/lane)");
+      norm_rope_rows_launch<T, kNorm, 2, 4, kStaged>(s, sets, x, p, G, "staged 4 (2 chunks/lane)");
     } else if (staged == 8) {
-      norm_rope_rows_launch<T, kNorm, 1, 8, kStaged>(s, data, out, pl, x, p, G, "staged 8");
+      norm_rope_rows_launch<T, kNorm, 1, 8, kStaged>(s, sets, x, p, G, "staged 8");
     } else {
-      norm_rope_rows_launch<T, kNorm, 1, 4, kStaged>(s, data, out, pl, x, p, G, "staged 4");
+      norm_rope_rows_launch<T, kNorm, 1, 4, kStaged>(s, sets, x, p, G, "staged 4");
     }
     return;
+  }
+  if constexpr (across) {
+    // Across heads, the block walk (pipe 16): a block a row, each warp a quarter of it, the
+    // next row loading while this one is reduced and stored. The layer's pick where a row
+    // is at most 48 passes (every shape of the benchmark), in place of the plain walk of
+    // 12 passes (71-73% of the copy bound at 16-bit types, 68-70% fp32 D64/D128 and 44-46%
+    // fp32 D72, at e8c2632): that walk loads a whole row per warp and then waits on it with
+    // nothing in flight (119 registers, 16 warps a multiprocessor), while the per-head
+    // norms' pipelined walk, which keeps a batch loading while it computes, reached 79-81%.
+    // Registers (nvcc -Xptxas -v, sm_90): 3 passes a warp 69-71 (7 blocks, 28 warps a
+    // multiprocessor), 4: 80 (24 warps), 6: 106-110 (16), 12: 164-168 (12; fp32 D72 only).
+    // Not measured yet on a GPU: bench_kernels' "(vector, 12 passes)" row is the old pick.
+    const bool block_fits = chunks <= 32 && passes <= 4 * 12;
+    if (pipe == 16 || (pipe < 0 && batch == 0 && block_fits)) {
+      UIPC_CHECK(block_fits, "norm_rope: the across-heads block walk takes rows of at most 48 passes of one chunk a "
+                             "lane, not " + std::to_string(passes) + " of " + std::to_string(chunks) + " chunks a head");
+      const int per_warp = (passes + kRowWarps - 1) / kRowWarps;
+      if (per_warp <= 3) norm_rope_rows_launch<T, kNorm, 1, 3, kBlockRows>(s, sets, x, p, G, "block rows 3");
+      else if (per_warp <= 4) norm_rope_rows_launch<T, kNorm, 1, 4, kBlockRows>(s, sets, x, p, G, "block rows 4");
+      else if (per_warp <= 6) norm_rope_rows_launch<T, kNorm, 1, 6, kBlockRows>(s, sets, x, p, G, "block rows 6");
+      else norm_rope_rows_launch<T, kNorm, 1, 12, kBlockRows>(s, sets, x, p, G, "block rows 12");
+      return;
+    }
   }
   if (pipe < 0) {
     // As bench_kernels measured on the H200 (rows "(vector, pipelined N)" against
@@ -772,14 +905,14 @@ void norm_rope_rows_pick(cudaStream_t s, T* data, T* out, const RowPlace& pl, co
     else pipe = !pow2_groups && kNorm != static_cast<int>(NormKind::kNone) ? 6 : 0;
   }
   if (chunks > 32) {
-    norm_rope_rows_launch<T, kNorm, 2, 4>(s, data, out, pl, x, p, G, "plain 4 (2 chunks/lane)");
+    norm_rope_rows_launch<T, kNorm, 2, 4>(s, sets, x, p, G, "plain 4 (2 chunks/lane)");
     return;
   }
   if constexpr (!across) {
     switch (pipe) {
-      case 4: norm_rope_rows_launch<T, kNorm, 1, 4, kPipelined>(s, data, out, pl, x, p, G, "pipelined 4"); return;
-      case 6: norm_rope_rows_launch<T, kNorm, 1, 6, kPipelined>(s, data, out, pl, x, p, G, "pipelined 6"); return;
-      case 8: norm_rope_rows_launch<T, kNorm, 1, 8, kPipelined>(s, data, out, pl, x, p, G, "pipelined 8"); return;
+      case 4: norm_rope_rows_launch<T, kNorm, 1, 4, kPipelined>(s, sets, x, p, G, "pipelined 4"); return;
+      case 6: norm_rope_rows_launch<T, kNorm, 1, 6, kPipelined>(s, sets, x, p, G, "pipelined 6"); return;
+      case 8: norm_rope_rows_launch<T, kNorm, 1, 8, kPipelined>(s, sets, x, p, G, "pipelined 8"); return;
       default: break;
     }
   } else if (pipe == 12) {
@@ -787,7 +920,7 @@ void norm_rope_rows_pick(cudaStream_t s, T* data, T* out, const RowPlace& pl, co
     // reduced and stored (two rows in registers: only where a row is at most 12 passes).
     UIPC_CHECK(passes <= 12, "norm_rope: the across-heads pipelined walk takes rows of at most 12 passes, not " +
                                  std::to_string(passes));
-    norm_rope_rows_launch<T, kNorm, 1, 12, kPipelined>(s, data, out, pl, x, p, G, "pipelined rows (12)");
+    norm_rope_rows_launch<T, kNorm, 1, 12, kPipelined>(s, sets, x, p, G, "pipelined rows (12)");
     return;
   }
   if (batch == 12 ||
@@ -795,9 +928,9 @@ void norm_rope_rows_pick(cudaStream_t s, T* data, T* out, const RowPlace& pl, co
     // 12 passes in flight measured faster than 8 for power-of-two lane groups (head_dim
     // 64, 128: bench_kernels), slower for head_dim 72's groups of 9 lanes; LayerNorm's two
     // sums per head need twice the registers, which 12 passes would take from occupancy.
-    norm_rope_rows_launch<T, kNorm, 1, 12>(s, data, out, pl, x, p, G, "plain 12");
+    norm_rope_rows_launch<T, kNorm, 1, 12>(s, sets, x, p, G, "plain 12");
   } else {
-    norm_rope_rows_launch<T, kNorm, 1, 8>(s, data, out, pl, x, p, G, "plain 8");
+    norm_rope_rows_launch<T, kNorm, 1, 8>(s, sets, x, p, G, "plain 8");
   }
 }
 
@@ -813,6 +946,34 @@ bool vector_kernel_fits(const QkView& x) {
 }
 
 template <typename T>
+RowSet<T> row_set_of(const QkView& x, const NormRopeParams& p) {
+  const RowPlace pl{x.row_pitch,    x.tokens_per_batch, x.head_dim, x.out.head_begin, x.out.head_count,
+                    x.out.row_pitch, x.out.batch_pitch};
+  return {static_cast<T*>(x.data), static_cast<T*>(x.out.data), pl, x.pos_offset, p.gamma, p.beta};
+}
+
+// The vector kernel over one view, or over two of one shape and kind (Q and K) in one
+// launch (k != nullptr).
+template <typename T>
+void norm_rope_vector(cudaStream_t s, const QkView& x, const NormRopeParams& p, const QkView* k,
+                      const NormRopeParams* pk, int batch, int pipe, int staged) {
+  RowSets<T> sets{row_set_of<T>(x, p), row_set_of<T>(x, p), 1};
+  if (k != nullptr) {
+    sets.s1 = row_set_of<T>(*k, *pk);
+    sets.n = 2;
+  }
+  constexpr int kVE = 16 / sizeof(T);
+  const int chunks = x.head_dim / kVE;
+  switch (p.norm) {
+    case NormKind::kNone: norm_rope_rows_pick<T, 0>(s, sets, x, p, chunks, batch, pipe, staged); break;
+    case NormKind::kRmsPerHead: norm_rope_rows_pick<T, 1>(s, sets, x, p, chunks, batch, pipe, staged); break;
+    case NormKind::kRmsAcrossHeads: norm_rope_rows_pick<T, 2>(s, sets, x, p, chunks, batch, pipe, staged); break;
+    case NormKind::kLayerPerHead: norm_rope_rows_pick<T, 3>(s, sets, x, p, chunks, batch, pipe, staged); break;
+  }
+  UIPC_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
 void norm_rope_typed(cudaStream_t s, const QkView& x, const NormRopeParams& p, NormRopeKernel which, int batch,
                      int pipe, int staged) {
   const int64_t rows = x.batch * x.tokens_per_batch;
@@ -823,15 +984,7 @@ void norm_rope_typed(cudaStream_t s, const QkView& x, const NormRopeParams& p, N
                     x.out.row_pitch, x.out.batch_pitch};
   const int D = x.head_dim;
   if (which != NormRopeKernel::kGeneral && vector_kernel_fits<T>(x)) {
-    constexpr int kVE = 16 / sizeof(T);
-    const int chunks = D / kVE;
-    switch (p.norm) {
-      case NormKind::kNone: norm_rope_rows_pick<T, 0>(s, data, out, pl, x, p, chunks, batch, pipe, staged); break;
-      case NormKind::kRmsPerHead: norm_rope_rows_pick<T, 1>(s, data, out, pl, x, p, chunks, batch, pipe, staged); break;
-      case NormKind::kRmsAcrossHeads: norm_rope_rows_pick<T, 2>(s, data, out, pl, x, p, chunks, batch, pipe, staged); break;
-      case NormKind::kLayerPerHead: norm_rope_rows_pick<T, 3>(s, data, out, pl, x, p, chunks, batch, pipe, staged); break;
-    }
-    UIPC_CUDA_CHECK(cudaGetLastError());
+    norm_rope_vector<T>(s, x, p, nullptr, nullptr, batch, pipe, staged);
     return;
   }
   UIPC_CHECK(which != NormRopeKernel::kVector, "the vector norm+RoPE kernel cannot serve this view (head_dim " +
@@ -983,12 +1136,14 @@ __global__ void convert_2d_kernel(const float* __restrict__ in, int64_t ld_in, T
 
 NormRopeLaunchInfo last_norm_rope_launch() { return last_launch; }
 
-void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p, NormRopeKernel which,
-                      int batch, int pipe, int staged) {
+namespace {
+// The arguments' checks; false when there is nothing to do (neither norm nor RoPE).
+bool norm_rope_args_ok(const QkView& x, const NormRopeParams& p, int batch, int pipe, int staged) {
   UIPC_CHECK(batch == 0 || batch == 8 || batch == 12, "norm_rope: batch must be 0, 8 or 12");
-  UIPC_CHECK(pipe == -1 || pipe == 0 || pipe == 4 || pipe == 6 || pipe == 8 || pipe == 12,
-             "norm_rope: pipe must be -1, 0, 4, 6, 8 or 12 (12: across-heads RMS only)");
-  UIPC_CHECK(pipe != 12 || p.norm == NormKind::kRmsAcrossHeads, "norm_rope: pipe 12 is the across-heads walk");
+  UIPC_CHECK(pipe == -1 || pipe == 0 || pipe == 4 || pipe == 6 || pipe == 8 || pipe == 12 || pipe == 16,
+             "norm_rope: pipe must be -1, 0, 4, 6, 8, 12 or 16 (12, 16: across-heads RMS only)");
+  UIPC_CHECK((pipe != 12 && pipe != 16) || p.norm == NormKind::kRmsAcrossHeads,
+             "norm_rope: pipe 12 and 16 are across-heads walks");
   UIPC_CHECK(staged == -1 || staged == 0 || staged == 4 || staged == 8, "norm_rope: staged must be -1, 0, 4 or 8");
   UIPC_CHECK(staged <= 0 || (batch == 0 && pipe <= 0), "norm_rope: the staged walk excludes batch and pipe");
   UIPC_CHECK(x.head_dim > 0 && x.head_dim <= 2 * 32 * kMaxPairsPerLane,
@@ -1002,12 +1157,53 @@ void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRo
              "norm_rope: output head slice outside the view's heads");
   if (p.norm == NormKind::kNone && p.rope == RopeKind::kNone) {
     UIPC_CHECK(o.data == nullptr || o.head_count == 0, "norm_rope with neither norm nor RoPE cannot move heads");
+    return false;
+  }
+  return true;
+}
+
+template <typename T>
+bool qk_one_launch(const QkView& q, const NormRopeParams& pq, const QkView& k, const NormRopeParams& pk) {
+  return q.batch == k.batch && q.tokens_per_batch == k.tokens_per_batch && q.heads == k.heads &&
+         q.head_dim == k.head_dim && pq.norm == pk.norm && pq.rope == pk.rope && pq.eps == pk.eps &&
+         pq.rope_theta == pk.rope_theta && vector_kernel_fits<T>(q) && vector_kernel_fits<T>(k) &&
+         q.batch * q.tokens_per_batch > 0 && q.heads > 0;
+}
+
+template <typename T>
+void norm_rope_qk_typed(cudaStream_t s, const QkView& q, const NormRopeParams& pq, const QkView& k,
+                        const NormRopeParams& pk, DType dtype, NormRopeKernel which, int batch, int pipe, int staged) {
+  if (which != NormRopeKernel::kGeneral && qk_one_launch<T>(q, pq, k, pk)) {
+    norm_rope_vector<T>(s, q, pq, &k, &pk, batch, pipe, staged);
     return;
   }
+  launch_norm_rope(s, q, dtype, pq, which, batch, pipe, staged);
+  launch_norm_rope(s, k, dtype, pk, which, batch, pipe, staged);
+}
+}  // namespace
+
+void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p, NormRopeKernel which,
+                      int batch, int pipe, int staged) {
+  if (!norm_rope_args_ok(x, p, batch, pipe, staged)) return;
   switch (dtype) {
     case DType::kBF16: norm_rope_typed<__nv_bfloat16>(s, x, p, which, batch, pipe, staged); break;
     case DType::kFP16: norm_rope_typed<__half>(s, x, p, which, batch, pipe, staged); break;
     default: norm_rope_typed<float>(s, x, p, which, batch, pipe, staged); break;
+  }
+}
+
+void launch_norm_rope_qk(cudaStream_t s, const QkView& q, const NormRopeParams& pq, const QkView& k,
+                         const NormRopeParams& pk, DType dtype, NormRopeKernel which, int batch, int pipe, int staged) {
+  const bool do_q = norm_rope_args_ok(q, pq, batch, pipe, staged), do_k = norm_rope_args_ok(k, pk, batch, pipe, staged);
+  if (!do_q || !do_k) {  // one of them has nothing to do: the other on its own
+    if (do_q) launch_norm_rope(s, q, dtype, pq, which, batch, pipe, staged);
+    if (do_k) launch_norm_rope(s, k, dtype, pk, which, batch, pipe, staged);
+    return;
+  }
+  switch (dtype) {
+    case DType::kBF16: norm_rope_qk_typed<__nv_bfloat16>(s, q, pq, k, pk, dtype, which, batch, pipe, staged); break;
+    case DType::kFP16: norm_rope_qk_typed<__half>(s, q, pq, k, pk, dtype, which, batch, pipe, staged); break;
+    default: norm_rope_qk_typed<float>(s, q, pq, k, pk, dtype, which, batch, pipe, staged); break;
   }
 }
 

@@ -11,7 +11,9 @@
 # Settings (environment): SOAK_MODE gpu|sim (gpu), SOAK_LAYERS timed layers a run (10000),
 # SOAK_REPEATS repeats they are split into (10; each starts with SOAK_WARMUP untimed layers:
 # 20 gpu, 5 sim), SOAK_NP rank counts ("1 2"), SOAK_TRANSPORTS ("ipc vmm"), SOAK_INTERVAL
-# seconds between samples of /proc (0.2 gpu, 0.05 sim; nvidia-smi every 0.5 s), SOAK_WINDOWS (10, the first the warm-up),
+# seconds between samples of /proc (0.1 gpu, 0.05 sim), SOAK_GPU_INTERVAL seconds between
+# nvidia-smi queries (0.2; each query in a thread of its own, its answer stamped with its
+# own time), SOAK_WINDOWS (10, the first the warm-up),
 # SOAK_BUDGET_S seconds of layers a run may take (150 gpu, measured by a probe run first;
 # 0 = no bound, the sim default), SOAK_APP (build-gpu/app/ulysses-ipc, sim:
 # build/app/ulysses-ipc), SOAK_DIR where everything
@@ -30,7 +32,7 @@ cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
 MODE=${SOAK_MODE:-gpu}
 case "$MODE" in
-  gpu) BUILD=build-gpu WARMUP=${SOAK_WARMUP:-20} INTERVAL=${SOAK_INTERVAL:-0.2} DIR=${SOAK_DIR:-build-gpu/logs/soak} ;;
+  gpu) BUILD=build-gpu WARMUP=${SOAK_WARMUP:-20} INTERVAL=${SOAK_INTERVAL:-0.1} DIR=${SOAK_DIR:-build-gpu/logs/soak} ;;
   sim) BUILD=build WARMUP=${SOAK_WARMUP:-5} INTERVAL=${SOAK_INTERVAL:-0.05} DIR=${SOAK_DIR:-build/soak} ;;
   *) echo "soak.sh: SOAK_MODE must be gpu or sim, not '$MODE'" >&2; exit 2 ;;
 esac
@@ -52,6 +54,9 @@ for v in LAYERS REPEATS WINDOWS; do
 done
 [[ "$WARMUP" =~ ^[0-9]+$ ]] || { echo "soak.sh: SOAK_WARMUP must be a whole number, not '$WARMUP'" >&2; exit 2; }
 [[ "$INTERVAL" =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "soak.sh: SOAK_INTERVAL must be seconds, not '$INTERVAL'" >&2; exit 2; }
+GPU_INTERVAL=${SOAK_GPU_INTERVAL:-0.2}
+[[ "$GPU_INTERVAL" =~ ^[0-9]*\.?[0-9]+$ ]] ||
+  { echo "soak.sh: SOAK_GPU_INTERVAL must be seconds, not '$GPU_INTERVAL'" >&2; exit 2; }
 if [ $((LAYERS % REPEATS)) -ne 0 ]; then
   echo "soak.sh: SOAK_LAYERS ($LAYERS) must be a multiple of SOAK_REPEATS ($REPEATS)" >&2
   exit 2
@@ -137,9 +142,9 @@ int(sys.argv[4]))" "$BUDGET" "$ms" "$REPEATS" "$WARMUP")
       continue
     fi
     echo "soak $tag: $((ITERS * REPEATS)) timed layers ($REPEATS x ($WARMUP warmup + $ITERS timed)), $MODE mode," \
-      "sampling every ${INTERVAL}s${budget_note:+; $budget_note}"
+      "sampling /proc every ${INTERVAL}s, nvidia-smi every ${GPU_INTERVAL}s${budget_note:+; $budget_note}"
     t0=$SECONDS
-    "$PY" scripts/soak_sample.py --interval "$INTERVAL" -o "$samples" -- \
+    "$PY" scripts/soak_sample.py --interval "$INTERVAL" --gpu-interval "$GPU_INTERVAL" -o "$samples" -- \
       mpirun -np "$np" --oversubscribe "${MPI_ENV[@]}" "$APP" "$deck" -o "$report" "${run_args[@]}" >>"$log" 2>&1
     rc=$?
     # 5: parity failed, the report is complete and the verdict below says FAIL.

@@ -8,7 +8,10 @@ however mpirun forks them): host RSS and threads (/proc/PID/status), open file
 descriptors (/proc/PID/fd), the MPI rank (OMPI_COMM_WORLD_RANK or PMI_RANK from
 /proc/PID/environ), and where nvidia-smi exists the GPU's memory.used and the process's
 own used_memory (blank when nvidia-smi cannot see the process, e.g. in another PID
-namespace). One CSV row per rank process per sample; `ulysses-post soak` reads it.
+namespace), each with the wall time its nvidia-smi call returned (gpu_used_time_s,
+gpu_proc_time_s): nvidia-smi is asked in threads of its own, so a row carries the latest
+answer, which may be older than the row (a call takes 0.1-1 s); `ulysses-post soak` places
+the GPU figures at their own times. One CSV row per rank process per sample.
 Exits with the command's exit status (2 for bad arguments), so that a script can use it
 in place of the command. Standard library only: it runs with any python3.
 """
@@ -25,7 +28,8 @@ import sys
 import threading
 import time
 
-COLUMNS = ["time_s", "pid", "rank", "rss_kib", "threads", "fds", "gpu_used_mib", "gpu_proc_mib"]
+COLUMNS = ["time_s", "pid", "rank", "rss_kib", "threads", "fds", "gpu_used_mib", "gpu_proc_mib", "gpu_used_time_s",
+           "gpu_proc_time_s"]
 NVIDIA_SMI_TIMEOUT_S = 10
 
 
@@ -111,24 +115,28 @@ def _mib(text: str) -> str:
     return text
 
 
-def _gpu_sample(gpu: str) -> tuple[str, dict[int, str]]:
-    """(memory.used of the GPU in MiB, pid -> used_memory MiB); blanks without nvidia-smi."""
+def _gpu_used(gpu: str) -> str:
+    """memory.used of the GPU in MiB; blank without nvidia-smi."""
     used = _nvidia_smi(["--query-gpu=memory.used", "-i", gpu])
-    apps = _nvidia_smi(["--query-compute-apps=pid,used_memory", "-i", gpu])
+    return _mib(used[0][0]) if used and used[0] else ""
+
+
+def _gpu_procs(gpu: str) -> dict[int, str]:
+    """pid -> used_memory MiB of the processes on the GPU."""
     per_pid = {}
-    for row in apps:
+    for row in _nvidia_smi(["--query-compute-apps=pid,used_memory", "-i", gpu]):
         if len(row) == 2 and row[0].isdigit():
             per_pid[int(row[0])] = _mib(row[1])
-    return (_mib(used[0][0]) if used and used[0] else ""), per_pid
+    return per_pid
 
 
-class GpuPoller:
-    """nvidia-smi in a thread of its own: a slow call (it can take a second) never holds
-    back the /proc samples; each row carries the latest GPU figures."""
+class _Poll:
+    """One nvidia-smi query in a thread of its own, every `interval` s: `latest` is
+    (answer, wall time the call returned; "" before the first answer)."""
 
-    def __init__(self, gpu: str, interval: float) -> None:
-        self.latest: tuple[str, dict[int, str]] = ("", {})
-        self._gpu, self._interval = gpu, interval
+    def __init__(self, query, empty, interval: float) -> None:
+        self.latest = (empty, "")
+        self._query, self._interval = query, interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -136,7 +144,8 @@ class GpuPoller:
     def _loop(self) -> None:
         while not self._stop.is_set():
             t0 = time.monotonic()
-            self.latest = _gpu_sample(self._gpu)  # one assignment: readers see a whole pair
+            answer = self._query()
+            self.latest = (answer, f"{time.time():.3f}")  # one assignment: readers see a whole pair
             self._stop.wait(max(0.0, self._interval - (time.monotonic() - t0)))
 
     def stop(self) -> None:
@@ -144,12 +153,32 @@ class GpuPoller:
         self._thread.join(timeout=NVIDIA_SMI_TIMEOUT_S * 2 + 1)
 
 
+class GpuPoller:
+    """nvidia-smi in threads of their own, one per query (memory.used; the processes'
+    used_memory): a slow call (it can take a second) never holds back the /proc samples
+    nor the other query; each row carries the latest answers and the times they came."""
+
+    def __init__(self, gpu: str, interval: float) -> None:
+        self._used = _Poll(lambda: _gpu_used(gpu), "", interval)
+        self._procs = _Poll(lambda: _gpu_procs(gpu), {}, interval)
+
+    @property
+    def latest(self) -> tuple[str, dict[int, str], str, str]:
+        """(memory.used, pid -> used_memory, the times each answer came)."""
+        (used, t_used), (procs, t_procs) = self._used.latest, self._procs.latest
+        return used, procs, t_used, t_procs
+
+    def stop(self) -> None:
+        self._used.stop()
+        self._procs.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="soak_sample.py", description=__doc__.split("\n\n")[0])
     p.add_argument("-o", "--output", required=True, help="the CSV file of samples to write")
     p.add_argument("--interval", type=float, default=0.5, help="seconds between samples (default 0.5)")
     p.add_argument("--gpu-interval", type=float, default=0.5,
-                   help="seconds between nvidia-smi queries, in a thread of their own (default 0.5; each row "
+                   help="seconds between nvidia-smi queries, each query in a thread of its own (default 0.5; each row "
                         "carries the latest)")
     p.add_argument("--name", default="ulysses-ipc", help="process name of the ranks (default ulysses-ipc)")
     p.add_argument("--gpu", default=os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or "0",
@@ -180,14 +209,15 @@ def main(argv: list[str] | None = None) -> int:
         w.writerow(COLUMNS)
         while child.poll() is None:
             t0 = time.monotonic()
-            gpu_used, gpu_pid = poller.latest if poller else ("", {})
+            gpu_used, gpu_pid, t_used, t_procs = poller.latest if poller else ("", {}, "", "")
             now = f"{time.time():.3f}"
             for pid in _descendants(child.pid):
                 s = _proc_sample(pid, args.name)
                 if s is None:
                     continue
-                w.writerow([now, s["pid"], s["rank"], s["rss_kib"], s["threads"], s["fds"], gpu_used,
-                            gpu_pid.get(pid, "")])
+                proc_mib = gpu_pid.get(pid, "")
+                w.writerow([now, s["pid"], s["rank"], s["rss_kib"], s["threads"], s["fds"], gpu_used, proc_mib,
+                            t_used if gpu_used != "" else "", t_procs if proc_mib != "" else ""])
             out.flush()
             time.sleep(max(0.0, args.interval - (time.monotonic() - t0)))
     if poller:

@@ -193,6 +193,9 @@ struct NormRopeCheck {
   int64_t S = 37;   // tokens per batch
   int64_t B = 2;    // batches: thousands of rows (B x S) make every warp walk several rows
   int staged = -1;  // the vector kernel's staged walk: 4, 8, 0 off, -1 as the layer picks
+  // Every head: its first value 2, the others within +-0.01 (a head with one outlier:
+  // the mean far from the first value, a small variance).
+  bool outlier = false;
 };
 
 void run_norm_rope_check(CudaKernelsTest& t, const NormRopeCheck& c) {
@@ -210,6 +213,12 @@ void run_norm_rope_check(CudaKernelsTest& t, const NormRopeCheck& c) {
   const int64_t seq = 3 * S;
   HostTensor qkv(c.dt, B * S * pitch);
   t.fill(qkv, -2, 2);
+  if (c.outlier)
+    for (int64_t m = 0; m < B * S; ++m)
+      for (int64_t e = 0; e < width; ++e) {
+        const size_t i = m * pitch + col0 + e;
+        qkv.set(i, e % D == 0 ? 2.0f : 0.005f * qkv.get(i));
+      }
   HostTensor target(c.dt, c.slice_out ? B * seq * hn * D : 1);  // all 0xFF: NaN
   const int gn = c.norm == NormKind::kRmsAcrossHeads ? H * D : D;
   std::vector<float> gamma(gn), beta(D);
@@ -338,6 +347,31 @@ TEST_F(CudaKernelsTest, NormRopeVectorKernelPipelinedWalk) {
   }
 }
 
+// LayerNorm of heads with one outlier (first value 2, the rest within +-0.01) on every
+// walk, both kernels, against the float64 reference. Where the old one-pass form shifted
+// by the head's first value, E[(x-c)^2] - E[x-c]^2, cancelled most (two numbers near 4
+// for a variance near 4/D: a factor of about D); the two-pass form sums (x - mean)^2
+// after the mean and cancels nothing.
+TEST_F(CudaKernelsTest, NormRopeLayerNormVarianceWithAnOutlier) {
+  for (DType dt : kAllTypes) {
+    for (int D : {64, 72, 128}) {
+      const int H = D == 72 ? 5 : 24;
+      for (int pipe : {0, 4, 8}) {
+        NormRopeCheck c{dt, D, H, NormKind::kLayerPerHead, true, true, false, NormRopeKernel::kVector, pipe, 50, 20, 0};
+        c.outlier = true;
+        run_norm_rope_check(*this, c);
+      }
+      NormRopeCheck st{dt, D, H, NormKind::kLayerPerHead, true, false, true, NormRopeKernel::kVector, -1, 50, 20, 4};
+      st.outlier = true;
+      run_norm_rope_check(*this, st);
+      NormRopeCheck g{dt, D, H, NormKind::kLayerPerHead, false, true, false, NormRopeKernel::kGeneral, -1, 37, 2};
+      g.outlier = true;
+      run_norm_rope_check(*this, g);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
 // The across-heads walk pipelined by whole rows (pipe 12: the next row in registers while
 // this one is reduced and stored), at rows of 12 passes (16-bit D64 x 48 and D128 x 24
 // heads, fp32 D128 x 12) and fewer (5 heads), on one row, 74 rows and 5000 (every warp
@@ -371,6 +405,145 @@ TEST_F(CudaKernelsTest, NormRopeAcrossHeadsPipelinedRows) {
   EXPECT_THROW(launch_norm_rope(static_cast<cudaStream_t>(stream_->native()), v, DType::kFP32, p,
                                 NormRopeKernel::kVector, 0, 12, 0),
                Error);
+}
+
+// Q and K in one launch of the vector kernel (launch_norm_rope_qk: the grid's halves walk
+// one view each): byte for byte what two launch_norm_rope calls write, for every norm
+// kind, head_dim 64, 72 and 128, every dtype, fused views (Q and K of one QKV buffer)
+// and separate ones (K's heads 1..2 moved to a target), different weights for Q and K,
+// on the launcher's pick, the plain walk, the pipelined walk (rows pipelined whole for
+// across-heads RMS) and the staged walk, at 74 rows and 5000 (every warp walks several
+// rows). The two-launch path is checked against the float64 reference above.
+TEST_F(CudaKernelsTest, NormRopeQkOneLaunchMatchesTwoLaunches) {
+  struct Walk {
+    int pipe, staged;
+  };
+  const Walk walks[] = {{-1, -1}, {0, 0}, {4, 0}, {0, 4}};
+  const int H = 7;
+  for (DType dt : kAllTypes) {
+    const size_t es = dtype_size(dt);
+    for (int D : {64, 72, 128}) {
+      for (bool fused : {true, false}) {
+        for (int64_t S : {37, 50}) {
+          // 74 rows, and 3000 (more rows than the resident warps of a grid half: warps
+          // walk several rows, the pipelined walk's buffers alternate).
+          const int64_t B = S == 50 ? 60 : 2, rows = B * S;
+          const int64_t width = static_cast<int64_t>(H) * D, pitch = fused ? 3 * width : width;
+          const int64_t n = fused ? rows * pitch : 2 * rows * width;
+          HostTensor x(dt, n);  // filled once per shape: the host's random numbers are the slow part
+          fill(x, -2, 2);
+          const int hb = 1, hn = 2;  // K's heads moved to the target (separate views)
+          HostTensor target(dt, fused ? 1 : rows * hn * D);
+          for (NormKind nk : kNormKinds) {
+            for (const Walk& w : walks) {
+              int pipe = w.pipe;
+              if (pipe == 4 && nk == NormKind::kRmsAcrossHeads) pipe = 12;  // rows pipelined whole
+              SCOPED_TRACE(std::string(dtype_name(dt)) + " D=" + std::to_string(D) + " norm=" +
+                           std::to_string(static_cast<int>(nk)) + (fused ? " fused" : " separate") + " pipe=" +
+                           std::to_string(pipe) + " staged=" + std::to_string(w.staged) + " rows=" +
+                           std::to_string(rows));
+              const int gn = nk == NormKind::kRmsAcrossHeads ? H * D : D;
+              std::vector<float> gq(gn), gk(gn), bq(D), bk(D);
+              for (auto* v : {&gq, &gk})
+                for (auto& g : *v) g = 1.0f + 0.25f * uniform(-1, 1);
+              for (auto* v : {&bq, &bk})
+                for (auto& b : *v) b = 0.25f * uniform(-1, 1);
+              auto dgq = upload_f32(gq), dgk = upload_f32(gk), dbq = upload_f32(bq), dbk = upload_f32(bk);
+              DeviceBuffer bufs[2] = {upload(x), upload(x)}, tgts[2] = {upload(target), upload(target)};
+              auto views = [&](int i, QkView& q, QkView& k) {
+                char* base = static_cast<char*>(bufs[i].get());
+                for (int j = 0; j < 2; ++j) {
+                  QkView& v = j == 0 ? q : k;
+                  v = QkView{};
+                  v.data = base + (fused ? j * width : j * rows * width) * static_cast<int64_t>(es);
+                  v.row_pitch = pitch;
+                  v.batch = B;
+                  v.tokens_per_batch = S;
+                  v.pos_offset = 100 + 7 * j;  // Q and K at different positions: each its own
+                  v.heads = H;
+                  v.head_dim = D;
+                }
+                if (!fused) k.out = HeadSliceOut{tgts[i].get(), hb, hn, hn * static_cast<int64_t>(D), S * hn * D};
+              };
+              NormRopeParams pq, pk;
+              for (NormRopeParams* p : {&pq, &pk}) {
+                p->norm = nk;
+                p->rope = RopeKind::k1D;
+                p->eps = 1e-6f;
+                p->rope_theta = 10000.0f;
+              }
+              pq.gamma = dgq.as<float>(), pq.beta = dbq.as<float>();
+              pk.gamma = dgk.as<float>(), pk.beta = dbk.as<float>();
+              auto cs = static_cast<cudaStream_t>(stream_->native());
+              const NormRopeKernel kv = NormRopeKernel::kVector;
+              QkView q, k;
+              views(0, q, k);
+              launch_norm_rope(cs, q, dt, pq, kv, 0, pipe, w.staged);
+              launch_norm_rope(cs, k, dt, pk, kv, 0, pipe, w.staged);
+              views(1, q, k);
+              launch_norm_rope_qk(cs, q, pq, k, pk, dt, kv, 0, pipe, w.staged);
+              EXPECT_NE(last_norm_rope_launch().kernel.find("Q+K one launch"), std::string::npos)
+                  << last_norm_rope_launch().kernel;
+              stream_->synchronize();
+              HostTensor got[2] = {HostTensor(dt, n), HostTensor(dt, n)};
+              HostTensor got_t[2] = {HostTensor(dt, target.size()), HostTensor(dt, target.size())};
+              for (int i = 0; i < 2; ++i) {
+                download(got[i], bufs[i]);
+                download(got_t[i], tgts[i]);
+              }
+              ASSERT_TRUE(got[0].bytes == got[1].bytes) << "the views differ";
+              ASSERT_TRUE(got_t[0].bytes == got_t[1].bytes) << "the targets differ";
+              ASSERT_FALSE(got[0].bytes == x.bytes) << "nothing was written";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The across-heads block walk (pipe 16: a block a row, each warp a quarter of the passes,
+// the sum of squares through shared memory, the next row loading while this one is
+// stored): the benchmark's shapes (rows of 12 to 42 passes: 3, 4, 6 and 12 passes a warp),
+// every dtype, fused and separate, with and without a head slice out, without RoPE too,
+// at one row (most blocks idle), 74 rows and 3000 (every block walks several rows, the
+// buffers and the shared sums' halves alternate); the layer's pick takes it; a row of
+// more than 48 passes is refused by name and falls back when picked.
+TEST_F(CudaKernelsTest, NormRopeAcrossHeadsBlockRows) {
+  struct Shape {
+    int D, H;
+  };
+  const Shape shapes[] = {{64, 48}, {72, 42}, {128, 24}, {128, 5}};
+  struct Rows {
+    int64_t S, B;
+  };
+  const Rows sizes[] = {{1, 1}, {37, 2}, {50, 60}};
+  for (DType dt : kAllTypes) {
+    for (const Shape& sh : shapes) {
+      for (const Rows& r : sizes) {
+        const bool fused = (sh.D + r.S) % 2 == 0;
+        run_norm_rope_check(*this, {dt, sh.D, sh.H, NormKind::kRmsAcrossHeads, r.S != 1, fused, !fused,
+                                    NormRopeKernel::kVector, 16, r.S, r.B, 0});
+        if (HasFatalFailure()) return;
+      }
+      run_norm_rope_check(*this, {dt, sh.D, sh.H, NormKind::kRmsAcrossHeads, true, true, false,
+                                  NormRopeKernel::kVector, -1, 37, 2, -1});
+      EXPECT_NE(last_norm_rope_launch().kernel.find("block rows"), std::string::npos) << last_norm_rope_launch().kernel;
+      if (HasFatalFailure()) return;
+    }
+  }
+  auto buf = dev_->alloc(static_cast<size_t>(4) * 49 * 128 * 4);
+  QkView v{buf.get(), 49 * 128, 1, 4, 0, 49, 128, {}};  // fp32 D128: a head a pass, 49 passes
+  NormRopeParams p;
+  p.norm = NormKind::kRmsAcrossHeads;
+  auto gamma = dev_->alloc(49 * 128 * 4);
+  p.gamma = gamma.as<float>();
+  EXPECT_THROW(launch_norm_rope(static_cast<cudaStream_t>(stream_->native()), v, DType::kFP32, p,
+                                NormRopeKernel::kVector, 0, 16, 0),
+               Error);
+  run_norm_rope_check(*this, {DType::kFP32, 128, 49, NormKind::kRmsAcrossHeads, true, false, false,
+                              NormRopeKernel::kVector, -1, 37, 2, 0});
+  EXPECT_EQ(last_norm_rope_launch().kernel.find("block rows"), std::string::npos) << last_norm_rope_launch().kernel;
 }
 
 // The shared-memory staged walk (whole rows copied in with cp.async, two buffers per

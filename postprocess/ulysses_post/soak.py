@@ -7,7 +7,10 @@ of that run, and for every run of the report:
 
 - places the samples on the run's timed layers (the report's `timed_wall_start_s` and
   `timed_wall_end_s`) and cuts that span into equal windows; the first windows are the
-  warm-up and judge nothing;
+  warm-up and judge nothing. The GPU figures go by the time their nvidia-smi call
+  returned (`gpu_used_time_s`, `gpu_proc_time_s`, where the sampler wrote them), not by
+  the row's: a row carries the latest answer, up to a second old, and a step made in
+  the warm-up must not show as growth in a later window;
 - growth: per rank and figure, the floor of no window after the warm-up (its lowest
   sample) may stand above the first window after it by more than the figure's tolerance
   (a leak of 1 KiB a layer over 10,000 layers is 10 MiB: above the 4 MiB RSS tolerance).
@@ -37,7 +40,12 @@ import numpy as np
 from . import stats
 from .report import ReportError, Run, load_report
 
-SAMPLE_COLUMNS = ("time_s", "pid", "rank", "rss_kib", "threads", "fds", "gpu_used_mib", "gpu_proc_mib")
+SAMPLE_COLUMNS = ("time_s", "pid", "rank", "rss_kib", "threads", "fds", "gpu_used_mib", "gpu_proc_mib",
+                  "gpu_used_time_s", "gpu_proc_time_s")
+# What samplers before the GPU figures' own times wrote: those figures go by the row's time.
+OLD_SAMPLE_COLUMNS = SAMPLE_COLUMNS[:8]
+# The figures that carry a time of their own (the column), where the sampler wrote it.
+_OWN_TIME = {"gpu_used_mib": "gpu_used_time_s", "gpu_proc_mib": "gpu_proc_time_s"}
 KIB_PER_MIB = 1024.0
 
 
@@ -60,6 +68,13 @@ class Samples:
     time_s: np.ndarray
     rank: np.ndarray  # int: the MPI rank, or the process's order by pid where none was found
     figures: dict[str, np.ndarray]  # rss_mib, threads, fds, gpu_used_mib, gpu_proc_mib
+    # When each figure was taken, where not at the row's time_s (the GPU figures: when
+    # their nvidia-smi call returned; NaN where blank).
+    figure_time_s: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def time_of(self, figure: str) -> np.ndarray:
+        t = self.figure_time_s.get(figure)
+        return self.time_s if t is None else t
 
 
 @dataclass
@@ -93,13 +108,14 @@ def read_samples(path: str) -> Samples:
         raise ReportError(f"{path}: cannot read the samples: {e.strerror or e}") from None
     except (csv.Error, UnicodeDecodeError) as e:
         raise ReportError(f"{path}: not a CSV file of samples: {e}") from None
-    if not rows or tuple(c.strip() for c in rows[0]) != SAMPLE_COLUMNS:
+    header = tuple(c.strip() for c in rows[0]) if rows else ()
+    if header not in (SAMPLE_COLUMNS, OLD_SAMPLE_COLUMNS):
         raise ReportError(f"{path}: the header must be {','.join(SAMPLE_COLUMNS)} (scripts/soak_sample.py writes it)")
-    cols: dict[str, list[float]] = {c: [] for c in SAMPLE_COLUMNS}
+    cols: dict[str, list[float]] = {c: [] for c in header}
     for n, row in enumerate(rows[1:], start=2):
-        if len(row) != len(SAMPLE_COLUMNS):
-            raise ReportError(f"{path}:{n}: {len(row)} fields, expected {len(SAMPLE_COLUMNS)}")
-        for c, text in zip(SAMPLE_COLUMNS, row):
+        if len(row) != len(header):
+            raise ReportError(f"{path}:{n}: {len(row)} fields, expected {len(header)}")
+        for c, text in zip(header, row):
             cols[c].append(_number(text, f"{path}:{n}: {c}"))
     if len(rows) < 2:
         raise ReportError(f"{path}: no samples (did the sampler see the rank processes?)")
@@ -111,9 +127,17 @@ def read_samples(path: str) -> Samples:
     if np.any(np.isnan(rank)):  # no MPI rank in the environment: number the processes by pid
         pids = np.unique(a["pid"])
         rank = np.searchsorted(pids, a["pid"]).astype(np.float64)
+    own_time = {}
+    for fig, tcol in _OWN_TIME.items():
+        if tcol in a:
+            t = a[tcol]
+            if np.any(np.isfinite(a[fig]) & ~np.isfinite(t)):
+                raise ReportError(f"{path}: {fig} without its time ({tcol}) in some rows")
+            own_time[fig] = t
     return Samples(time_s=a["time_s"], rank=rank.astype(np.int64),
                    figures={"gpu_used_mib": a["gpu_used_mib"], "gpu_proc_mib": a["gpu_proc_mib"],
-                            "rss_mib": a["rss_kib"] / KIB_PER_MIB, "fds": a["fds"], "threads": a["threads"]})
+                            "rss_mib": a["rss_kib"] / KIB_PER_MIB, "fds": a["fds"], "threads": a["threads"]},
+                   figure_time_s=own_time)
 
 
 def _timed_span(report_path: str, case: str, run: str) -> tuple[float, float]:
@@ -166,8 +190,18 @@ def analyze_run(samples: Samples, run: Run, ranks: int, span: tuple[float, float
     else:
         ranks_seen = list(range(ranks))
 
+    # Each figure in the window of the time it was taken (the GPU figures' own times).
+    def placed(col: str) -> tuple[np.ndarray, np.ndarray]:
+        t = samples.time_of(col)
+        with np.errstate(invalid="ignore"):
+            ins = (t >= t0) & (t <= t1)
+        return ins, np.clip(np.searchsorted(edges, np.nan_to_num(t, nan=-np.inf), side="right") - 1, 0, windows - 1)
+
+    placement = {c: placed(c) for c, _, _, _ in _FIGURES}
+
     def window_stat(col: str, rank: int | None, w: int, fn) -> float:
-        m = inside & (win == w) & (np.ones_like(inside) if rank is None else samples.rank == rank)
+        ins, wn = placement[col]
+        m = ins & (wn == w) & (np.ones_like(ins) if rank is None else samples.rank == rank)
         x = samples.figures[col][m]
         x = x[np.isfinite(x)]
         return float(fn(x)) if x.size else math.nan

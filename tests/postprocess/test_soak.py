@@ -232,8 +232,56 @@ def test_sampler_follows_the_named_processes_and_the_gpu(tmp_path: Path) -> None
     assert {r["rank"] for r in rows} == {"0", "1"} and len(rows) >= 16  # 2 ranks, 1.5 s at 0.1 s
     assert all(int(r["rss_kib"]) > 0 and int(r["fds"]) >= 3 and int(r["threads"]) == 1 for r in rows)
     assert {r["gpu_used_mib"] for r in rows[-4:]} == {"1234"}
+    # Each GPU figure with the time its call returned: at most a call (0.3 s) and an
+    # interval before the row, never after it; blank with the figure.
+    for r in rows:
+        for fig, tcol in (("gpu_used_mib", "gpu_used_time_s"), ("gpu_proc_mib", "gpu_proc_time_s")):
+            assert (r[fig] == "") == (r[tcol] == ""), r
+            if r[tcol]:
+                assert float(r["time_s"]) - 1.0 <= float(r[tcol]) <= float(r["time_s"]) + 0.002, r
     assert {r["gpu_proc_mib"] for r in rows if r["rank"] == "0"} == {""}
     assert {r["gpu_proc_mib"] for r in rows[-4:] if r["rank"] == "1"} == {"42"}
+
+
+def test_gpu_figures_go_by_their_own_times(tmp_path: Path, rng: np.random.Generator) -> None:
+    """A step of GPU memory made early in the warm-up window (the first layer's lazily
+    built cuDNN/cuBLASLt state) that the rows carry late, as a slow nvidia-smi does: each
+    row holds the latest answer, here 12 s old, so rows in the first steady window still
+    show the value from before the step. Placed by the answers' own times
+    (gpu_used_time_s, gpu_proc_time_s) the step is in the warm-up and the run passes;
+    the same rows in the old format (placed by the row's time) read it as growth."""
+    step_at, lag = T0 + 2.0, 12.0  # windows of 10 s: the step in window 0, seen by the rows in window 1
+    per_rank = []
+    for _ in range(RANKS):
+        s = flat_samples()
+        s["gpu_taken"] = s["time_s"] - lag
+        stepped = s["gpu_taken"] >= step_at
+        s["gpu_used_mib"] = s["gpu_used_mib"] + 364 * stepped
+        s["gpu_proc_mib"] = s["gpu_proc_mib"] + 182 * stepped
+        per_rank.append(s)
+    new = tmp_path / "samples-new.csv"
+    with open(new, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(COLUMNS + ["gpu_used_time_s", "gpu_proc_time_s"])
+        for r, s in enumerate(per_rank):
+            for i in range(s["time_s"].size):
+                w.writerow([f"{s['time_s'][i]:.3f}", 1000 + r, r, int(s["rss_kib"][i]), int(s["threads"][i]),
+                            int(s["fds"][i]), int(s["gpu_used_mib"][i]), int(s["gpu_proc_mib"][i]),
+                            f"{s['gpu_taken'][i]:.3f}", f"{s['gpu_taken'][i]:.3f}"])
+    report = write_soak_report(tmp_path / "report.h5", layer_times(rng))
+    res = run_cli("soak", str(new), str(report))
+    assert res.rc == 0, res.out + res.err
+    old = write_samples(tmp_path / "samples-old.csv", per_rank)
+    res = run_cli("soak", str(old), str(report))
+    assert res.rc == 1 and "GPU memory.used MiB grew +364.0" in res.out, res.out + res.err
+    # A GPU figure without its time is malformed.
+    bad = tmp_path / "samples-bad.csv"
+    lines = new.read_text().splitlines()
+    fields = lines[1].split(",")
+    fields[8] = ""
+    bad.write_text("\n".join([lines[0], ",".join(fields), *lines[2:]]) + "\n")
+    res = run_cli("soak", str(bad), str(report))
+    assert res.rc == 2 and "without its time" in res.err, res.err
 
 
 def test_sim_soak_end_to_end(app: Path, tmp_path: Path) -> None:
