@@ -79,6 +79,18 @@ double wave_efficiency(double tiles, int sm_count) {
   return tiles / (waves * sm_count);
 }
 
+// A GEMM's share of the SMs over its waves: 128x256 output tiles while they fill at
+// least one wave; a GEMM too small to fill one (the latency floor's 256 x 512) is tiled
+// finer by cuBLAS's heuristics (64x64 tiles, at most one wave), not left on a few SMs:
+// 4 tiles of 128x256 on 132 SMs would model a 0.13 GFLOP GEMM at 6 us, where the
+// measured layer has about that for the whole GEMM with its launch.
+double gemm_wave_efficiency(int64_t m, int64_t n, int sm_count) {
+  const double big = std::ceil(m / 128.0) * std::ceil(n / 256.0);
+  if (big >= sm_count) return wave_efficiency(big, sm_count);
+  const double small = std::ceil(m / 64.0) * std::ceil(n / 64.0);
+  return std::max(big / sm_count, std::min(1.0, small / sm_count));
+}
+
 double attention_tiles(int64_t batch, int64_t heads, int64_t seq) {
   return static_cast<double>(batch) * static_cast<double>(heads) * std::ceil(static_cast<double>(seq) / 128.0);
 }
@@ -134,10 +146,9 @@ double sm_work_ms(const Op& op, const Rates& r) {
   switch (op.kind) {
     case OpKind::kKernel:
       switch (op.kernel) {
-        case KernelKind::kGemm: {
-          const double tiles = std::ceil(op.dims[0] / 128.0) * std::ceil(op.dims[1] / 256.0);
-          return op.flops / (r.gemm * wave_efficiency(tiles, r.sm_count) * (op.dims[3] == 4 ? r.fp32_out : 1.0));
-        }
+        case KernelKind::kGemm:
+          return op.flops / (r.gemm * gemm_wave_efficiency(op.dims[0], op.dims[1], r.sm_count) *
+                             (op.dims[3] == 4 ? r.fp32_out : 1.0));
         case KernelKind::kAttention:
           return op.flops / attention_rate(r, op.dims[0], op.dims[1], op.dims[2], op.dims[3]);
         case KernelKind::kNormRope: return op.bytes / norm_rope_rate(r, op);
@@ -474,7 +485,10 @@ class Simulation {
 
   double collective_ms(const Op& op, const std::vector<int>& members) const {
     const double p = static_cast<double>(members.size());
-    if (members.size() <= 1) return r_.nccl_lat + (op.collective == CollectiveKind::kAllToAll ? 2 * op.bytes / r_.sm_copy : 0);
+    // The chunk a rank sends itself is one contiguous device-to-device copy (NCCL's own
+    // send/recv to self): at the streaming rate, not the strided 2-D copy's (measured op by
+    // op on one H200: a one-rank all-to-all of 311 MB in 148 us, 4.2 TB/s read+write).
+    if (members.size() <= 1) return r_.nccl_lat + (op.collective == CollectiveKind::kAllToAll ? 2 * op.bytes / r_.stream : 0);
     bool cross = false;
     for (int a : members)
       for (int b : members) cross = cross || r_.node_of(a) != r_.node_of(b);
@@ -482,7 +496,7 @@ class Simulation {
     const double nic = r_.nic * r_.nccl_nic;
     if (op.collective == CollectiveKind::kSendRecv) return lat + op.bytes / (cross ? nic : nvlink_rate(1));
     if (op.collective == CollectiveKind::kAllToAll) {
-      double worst = 2 * op.bytes / r_.sm_copy;  // the chunk to itself, copied alongside
+      double worst = 2 * op.bytes / r_.stream;  // the chunk to itself, one contiguous copy alongside
       for (int a : members) {
         int local = 0, remote = 0;
         for (int b : members) {

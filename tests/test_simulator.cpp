@@ -373,6 +373,55 @@ TEST(Simulator, NcclAllToAllGrowsWithPeersUpToItsShareOfTheLink) {
   EXPECT_NEAR(simulate(traces(b), m).ranks[0][s0].end_ms, 1.0, 1e-9);
 }
 
+TEST(Simulator, ARanksChunkToItselfIsOneContiguousCopyAtTheStreamingRate) {
+  // A one-rank all-to-all (Ulysses1 on NCCL) moves its whole buffer to itself: one
+  // contiguous device copy (read + write) at stream_gbs, not at the strided 2-D copy's
+  // sm_copy_gbs. Measured op by op on one H200: 311 MB in 148 us, 4.2 TB/s.
+  Machine m = simple_machine();
+  m.params.at("stream_gbs").value = 3000;   // 3e9 bytes per ms
+  m.params.at("sm_copy_gbs").value = 700;   // would give 2e9 / 7e8 = 2.86 ms
+  m.params.at("nccl_latency_us").value = 40;
+  auto b = ranks(1, 1);
+  b[0].t.groups.push_back({0});
+  const int a = b[0].all_to_all(0, 0, 0, 1e9);
+  EXPECT_NEAR(simulate(traces(b), m).ranks[0][a].end_ms, 0.04 + 2e9 / 3e9, 1e-9);
+  // With a peer, the chunk to itself runs alongside at the same streaming rate: a slow
+  // link leaves it off the critical path, a fast one makes it the critical path.
+  m.params.at("nccl_peer_gbs").value = 450;
+  m.params.at("link_gbs").value = 450;
+  m.params.at("stream_gbs").value = 500;  // 5e8 bytes per ms: 2e8 read+write -> 0.4 ms
+  auto p = ranks(2, 1);
+  for (auto& x : p) x.t.groups.push_back({0, 1});
+  const int a0 = p[0].all_to_all(0, 0, 0, 1e8);
+  p[1].all_to_all(0, 0, 0, 1e8);
+  EXPECT_NEAR(simulate(traces(p), m).ranks[0][a0].end_ms, 0.04 + 0.4, 1e-9);  // not 1e8 / 4.5e8 = 0.22
+}
+
+TEST(Simulator, AGemmTooSmallForOneWaveOfBigTilesIsTiledFiner) {
+  // 100 SMs at 1e12 flops per ms. A 256 x 512 (x 512) GEMM has 4 tiles of 128x256: on
+  // 4 SMs of 100 it would take 25x its full-rate time. It is tiled 64x64 (32 tiles, one
+  // partial wave): 0.32 of the rate. A GEMM with a wave or more of big tiles is not
+  // changed: 1280 x 3840 is 150 big tiles, 2 waves at 0.75.
+  Machine m = simple_machine();
+  auto gemm = [](int64_t mm, int64_t n, int64_t k) {
+    Op o;
+    o.kind = OpKind::kKernel;
+    o.kernel = KernelKind::kGemm;
+    o.flops = 2.0 * mm * n * k;
+    o.dims[0] = mm;
+    o.dims[1] = n;
+    o.dims[2] = k;
+    o.dims[3] = 2;
+    return o;
+  };
+  const Op small = gemm(256, 512, 512), big = gemm(1280, 3840, 512);
+  EXPECT_NEAR(standalone_work_ms(small, m, false), small.flops / (1e12 * 0.32), 1e-12);
+  EXPECT_NEAR(standalone_work_ms(big, m, false), big.flops / (1e12 * 0.75), 1e-12);
+  // So small a GEMM that even 64x64 tiles are few: 64 x 64 is one tile, 1 SM of 100.
+  const Op tiny = gemm(64, 64, 64);
+  EXPECT_NEAR(standalone_work_ms(tiny, m, false), tiny.flops / (1e12 * 0.01), 1e-12);
+}
+
 TEST(Simulator, AnOpStartsNoEarlierThanTheHostIssuesIt) {
   Machine m = simple_machine();
   m.params.at("host_launch_us").value = 50;  // 0.05 ms per kernel launch
