@@ -24,7 +24,7 @@ struct Rates {
   int sm_count, gpus_per_node, gpus;
   double gemm, attention_scale, norm, stream, sm_copy, copy_engine, link, nic;  // per ms
   double kernel_lat, copy_lat, hop, memop, link_lat, nic_lat, nccl_lat;         // ms
-  double host_launch, host_copy, host_api, skew;                                // ms
+  double host_launch, host_gemm, host_attention, host_nccl, host_copy, host_api, skew;  // ms
   double sm_copy_share, kernel_share, ipc_factor, nccl_link, nccl_nic, nccl_peer, fp32_out, spread, peer_beside_gemm;
   double copy_behind_gemm;
   int engines;
@@ -53,6 +53,9 @@ struct Rates {
     nic_lat = us("nic_latency_us");
     nccl_lat = us("nccl_latency_us");
     host_launch = us("host_launch_us");
+    host_gemm = us("host_gemm_us");
+    host_attention = us("host_attention_us");
+    host_nccl = us("host_nccl_us");
     host_copy = us("host_copy_us");
     host_api = us("host_api_us");
     skew = us("start_skew_us");
@@ -369,9 +372,15 @@ class Simulation {
   }
 
   double host_cost(const Op& op) const {
+    // Each kind of call costs the host its own: a library call (cuBLASLt, cuDNN, NCCL)
+    // does work before its launch that a plain kernel launch does not. A near-empty layer
+    // is bound by these: the GPU runs each op faster than the host issues the next.
     switch (op.kind) {
       case OpKind::kKernel:
-      case OpKind::kCollective: return r_.host_launch;
+        return op.kernel == KernelKind::kGemm ? r_.host_gemm
+               : op.kernel == KernelKind::kAttention ? r_.host_attention
+                                                     : r_.host_launch;
+      case OpKind::kCollective: return r_.host_nccl;
       case OpKind::kCopy: return op.dims[2] > 0 ? 0.0 : r_.host_copy;  // a batch is issued once
       case OpKind::kMemset: return r_.host_copy;
       default: return r_.host_api;

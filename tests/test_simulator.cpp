@@ -434,6 +434,39 @@ TEST(Simulator, AnOpStartsNoEarlierThanTheHostIssuesIt) {
   EXPECT_NEAR(tl.ranks[0][k1].end_ms, 0.11, 1e-9);
 }
 
+TEST(Simulator, EachKindOfCallCostsTheHostItsOwn) {
+  // A cuBLASLt GEMM, a cuDNN attention and a NCCL collective cost the host more than a
+  // plain kernel launch: a near-empty layer whose GPU work is short is bound by them.
+  Machine m = simple_machine();
+  m.params.at("host_launch_us").value = 3;
+  m.params.at("host_gemm_us").value = 7;
+  m.params.at("host_attention_us").value = 11;
+  m.params.at("host_nccl_us").value = 13;
+  auto b = ranks(1, 1);
+  b[0].t.groups.push_back({0});
+  Op g;
+  g.kind = OpKind::kKernel;
+  g.kernel = KernelKind::kGemm;
+  g.stream = 0;
+  g.dims[0] = g.dims[1] = g.dims[2] = 64;
+  g.dims[3] = 2;  // no flops: only fixed costs
+  const int k0 = b[0].kernel_norm(0, 0);
+  const int k1 = b[0].add(g);
+  Op a = g;
+  a.kernel = KernelKind::kAttention;
+  a.dims[0] = 1;
+  a.dims[1] = 128;
+  a.dims[2] = 1;
+  a.dims[3] = 128;
+  const int k2 = b[0].add(a);
+  const int k3 = b[0].all_to_all(0, 0, 0, 0);
+  const Timeline tl = simulate(traces(b), m);
+  EXPECT_NEAR(tl.ranks[0][k0].start_ms, 0.003, 1e-12);
+  EXPECT_NEAR(tl.ranks[0][k1].start_ms, 0.010, 1e-12);
+  EXPECT_NEAR(tl.ranks[0][k2].start_ms, 0.021, 1e-12);
+  EXPECT_NEAR(tl.ranks[0][k3].start_ms, 0.034, 1e-12);
+}
+
 TEST(Simulator, DeterministicAndIndependentOfPreviousRuns) {
   Machine m = simple_machine();
   m.params.at("event_hop_us").value = 3;
@@ -573,7 +606,10 @@ TEST(Machine, ValueOutsideItsPhysicalRangeIsRefused) {
 TEST(Machine, ShippedFixedCostsAreNotBelowTheirMicroBenchmarks) {
   const std::map<std::string, double> floor_us = {{"event_hop_us", 1.5},   {"memop_latency_us", 1.13},
                                                   {"copy_latency_us", 1.9}, {"host_copy_us", 5.9},
-                                                  {"host_api_us", 1.05},    {"nccl_latency_us", 4.5}};
+                                                  {"host_api_us", 1.05},    {"nccl_latency_us", 4.5},
+                                                  {"kernel_latency_us", 1.9}, {"host_launch_us", 1.0},
+                                                  {"host_gemm_us", 1.0},    {"host_attention_us", 1.0},
+                                                  {"host_nccl_us", 1.0}};
   for (const char* f : {"h200-nvlink", "h200-nvlink-prior", "h100-sxm", "h200-2node", "h200-4node"}) {
     const Machine m = load_machine(std::string(ULYSSES_SOURCE_DIR) + "/inputs/machines/" + f + ".json");
     for (const auto& [name, lo] : floor_us) {
