@@ -46,6 +46,7 @@ struct Options {
   std::vector<int> nccl_ranks;  // `model nccl`: the rank counts of the modelled sweep
   std::vector<std::string> gemms, attentions;  // `model kernel`: M,N,K and B,H,S,D shapes (bf16)
   std::vector<std::string> predict_reports;     // `model predict`: --mode model reports
+  std::vector<std::string> op_runs;              // `model ops`: CASE/RUN names (all when empty)
   std::vector<std::string> bench_args;                       // MEASURED=BENCH.h5
   std::map<std::string, std::string> bench;                  // measured report -> its code's bench_kernels file
   std::string rates;  // a bench_kernels file whose norm+RoPE profile becomes the machine's
@@ -112,6 +113,15 @@ void declare(CLI::App& app, Options& o) {
       ->type_name("BENCH.h5");
   pr->add_option("reports", o.predict_reports, "--mode model reports")->required()->type_name("REPORT.h5");
   pr->add_option("-o,--output", o.output, "the JSON to write")->required()->type_name("OUT.json");
+  CLI::App* op = app.add_subcommand(
+      "ops", "Op by op: a GPU report's traced layers, measured (events around each op) against their replay (MODELLED).");
+  op->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
+  op->add_option("--rates", o.rates, "a bench_kernels -o file: its norm+RoPE profile becomes the machine's")
+      ->type_name("BENCH.h5");
+  op->add_option("--run", o.op_runs, "only this run (CASE/RUN; repeatable)")->type_name("CASE/RUN");
+  op->add_option("reports", o.predict_reports, "--mode gpu reports with measured traced layers")
+      ->required()
+      ->type_name("REPORT.h5");
   CLI::App* k = app.add_subcommand("kernel", "The modelled rate of a bf16 GEMM or attention on the machine (MODELLED).");
   k->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
   k->add_option("--gemm", o.gemms, "a GEMM M,N,K (bf16 in and out; repeatable)")->type_name("M,N,K");
@@ -124,7 +134,7 @@ Options parse(int argc, char** argv, std::string* text) {
   declare(app, o);
   *text = cli::parse(app, std::vector<std::string>(argv, argv + argc));
   if (!text->empty()) return o;
-  for (const char* name : {"calibrate", "validate", "loo", "nccl", "kernel", "predict"})
+  for (const char* name : {"calibrate", "validate", "loo", "nccl", "kernel", "predict", "ops"})
     if (app.got_subcommand(name)) o.command = name;
   for (const std::string& v : o.pair_args) {
     const size_t eq = v.find('=');
@@ -466,6 +476,35 @@ int print_modeled_kernels(const model::Machine& m, const std::vector<std::string
   return 0;
 }
 
+// `model ops`: every op of each traced layer with its measured duration (the events the
+// GPU run put around it) beside its replay's; device ops only, host syncs left out. In a
+// measured traced layer each op sits between two extra events, so the measured layer is
+// longer than a timed one; the durations of work-bound ops are what to compare.
+int print_ops(const std::vector<std::string>& reports, const std::vector<std::string>& only, const model::Machine& m) {
+  std::printf("# op by op: measured (events around each op, GPU) against MODELLED on %s; us\n", m.name.c_str());
+  std::printf("# run rank op stream kind bytes dims measured_start measured_us modelled_start modelled_us\n");
+  for (const std::string& path : reports)
+    for (const StoredRun& r : read_report_runs(path)) {
+      const std::string name = r.case_name + "/" + r.run_name;
+      if (!only.empty() && std::find(only.begin(), only.end(), name) == only.end()) continue;
+      if (r.traces.empty()) continue;
+      const model::Timeline tl = model::simulate(r.traces, m);
+      for (size_t rk = 0; rk < r.traces.size(); ++rk)
+        for (size_t i = 0; i < r.traces[rk].ops.size(); ++i) {
+          const model::Op& op = r.traces[rk].ops[i];
+          if (op.kind == model::OpKind::kHostSync) continue;
+          std::string kind = model::op_kind_name(op.kind);
+          if (op.kind == model::OpKind::kKernel) kind += std::string("/") + model::kernel_kind_name(op.kernel);
+          const model::OpTime& t = tl.ranks[rk][i];
+          std::printf("%s %zu %zu %d %s %.0f %lldx%lldx%lldx%lld %.1f %.1f %.1f %.1f\n", name.c_str(), rk, i, op.stream,
+                      kind.c_str(), op.bytes, static_cast<long long>(op.dims[0]), static_cast<long long>(op.dims[1]),
+                      static_cast<long long>(op.dims[2]), static_cast<long long>(op.dims[3]), 1e3 * op.measured_start_ms,
+                      1e3 * (op.measured_end_ms - op.measured_start_ms), 1e3 * t.start_ms, 1e3 * (t.end_ms - t.start_ms));
+        }
+    }
+  return 0;
+}
+
 std::string today() {
   std::time_t now = std::time(nullptr);
   char b[16];
@@ -487,6 +526,7 @@ int model_command(int argc, char** argv) {
   if (o.command == "nccl") return print_modeled_alltoall(base, o.nccl_ranks, o.markdown);
   if (o.command == "kernel") return print_modeled_kernels(base, o.gemms, o.attentions);
   if (o.command == "predict") return model_predict(o.predict_reports, base, o.output);
+  if (o.command == "ops") return print_ops(o.predict_reports, o.op_runs, base);
   const std::vector<Joined> joined = join_pairs(o);
 
   if (o.command == "calibrate") {

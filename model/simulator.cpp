@@ -24,7 +24,7 @@ struct Rates {
   int sm_count, gpus_per_node, gpus;
   double gemm, attention_scale, norm, stream, sm_copy, copy_engine, link, nic;  // per ms
   double kernel_lat, copy_lat, hop, memop, link_lat, nic_lat, nccl_lat;         // ms
-  double host_launch, host_copy, host_api, skew;                                // ms
+  double host_launch, host_gemm, host_attention, host_nccl, host_copy, host_api, skew;  // ms
   double sm_copy_share, kernel_share, ipc_factor, nccl_link, nccl_nic, nccl_peer, fp32_out, spread, peer_beside_gemm;
   double copy_behind_gemm;
   int engines;
@@ -53,6 +53,9 @@ struct Rates {
     nic_lat = us("nic_latency_us");
     nccl_lat = us("nccl_latency_us");
     host_launch = us("host_launch_us");
+    host_gemm = us("host_gemm_us");
+    host_attention = us("host_attention_us");
+    host_nccl = us("host_nccl_us");
     host_copy = us("host_copy_us");
     host_api = us("host_api_us");
     skew = us("start_skew_us");
@@ -77,6 +80,18 @@ double wave_efficiency(double tiles, int sm_count) {
   if (tiles <= 0) return 1.0;
   const double waves = std::ceil(tiles / sm_count);
   return tiles / (waves * sm_count);
+}
+
+// A GEMM's share of the SMs over its waves: 128x256 output tiles while they fill at
+// least one wave; a GEMM too small to fill one (the latency floor's 256 x 512) is tiled
+// finer by cuBLAS's heuristics (64x64 tiles, at most one wave), not left on a few SMs:
+// 4 tiles of 128x256 on 132 SMs would model a 0.13 GFLOP GEMM at 6 us, where the
+// measured layer has about that for the whole GEMM with its launch.
+double gemm_wave_efficiency(int64_t m, int64_t n, int sm_count) {
+  const double big = std::ceil(m / 128.0) * std::ceil(n / 256.0);
+  if (big >= sm_count) return wave_efficiency(big, sm_count);
+  const double small = std::ceil(m / 64.0) * std::ceil(n / 64.0);
+  return std::max(big / sm_count, std::min(1.0, small / sm_count));
 }
 
 double attention_tiles(int64_t batch, int64_t heads, int64_t seq) {
@@ -134,10 +149,9 @@ double sm_work_ms(const Op& op, const Rates& r) {
   switch (op.kind) {
     case OpKind::kKernel:
       switch (op.kernel) {
-        case KernelKind::kGemm: {
-          const double tiles = std::ceil(op.dims[0] / 128.0) * std::ceil(op.dims[1] / 256.0);
-          return op.flops / (r.gemm * wave_efficiency(tiles, r.sm_count) * (op.dims[3] == 4 ? r.fp32_out : 1.0));
-        }
+        case KernelKind::kGemm:
+          return op.flops / (r.gemm * gemm_wave_efficiency(op.dims[0], op.dims[1], r.sm_count) *
+                             (op.dims[3] == 4 ? r.fp32_out : 1.0));
         case KernelKind::kAttention:
           return op.flops / attention_rate(r, op.dims[0], op.dims[1], op.dims[2], op.dims[3]);
         case KernelKind::kNormRope: return op.bytes / norm_rope_rate(r, op);
@@ -358,9 +372,15 @@ class Simulation {
   }
 
   double host_cost(const Op& op) const {
+    // Each kind of call costs the host its own: a library call (cuBLASLt, cuDNN, NCCL)
+    // does work before its launch that a plain kernel launch does not. A near-empty layer
+    // is bound by these: the GPU runs each op faster than the host issues the next.
     switch (op.kind) {
       case OpKind::kKernel:
-      case OpKind::kCollective: return r_.host_launch;
+        return op.kernel == KernelKind::kGemm ? r_.host_gemm
+               : op.kernel == KernelKind::kAttention ? r_.host_attention
+                                                     : r_.host_launch;
+      case OpKind::kCollective: return r_.host_nccl;
       case OpKind::kCopy: return op.dims[2] > 0 ? 0.0 : r_.host_copy;  // a batch is issued once
       case OpKind::kMemset: return r_.host_copy;
       default: return r_.host_api;
@@ -474,7 +494,10 @@ class Simulation {
 
   double collective_ms(const Op& op, const std::vector<int>& members) const {
     const double p = static_cast<double>(members.size());
-    if (members.size() <= 1) return r_.nccl_lat + (op.collective == CollectiveKind::kAllToAll ? 2 * op.bytes / r_.sm_copy : 0);
+    // The chunk a rank sends itself is one contiguous device-to-device copy (NCCL's own
+    // send/recv to self): at the streaming rate, not the strided 2-D copy's (measured op by
+    // op on one H200: a one-rank all-to-all of 311 MB in 148 us, 4.2 TB/s read+write).
+    if (members.size() <= 1) return r_.nccl_lat + (op.collective == CollectiveKind::kAllToAll ? 2 * op.bytes / r_.stream : 0);
     bool cross = false;
     for (int a : members)
       for (int b : members) cross = cross || r_.node_of(a) != r_.node_of(b);
@@ -482,7 +505,7 @@ class Simulation {
     const double nic = r_.nic * r_.nccl_nic;
     if (op.collective == CollectiveKind::kSendRecv) return lat + op.bytes / (cross ? nic : nvlink_rate(1));
     if (op.collective == CollectiveKind::kAllToAll) {
-      double worst = 2 * op.bytes / r_.sm_copy;  // the chunk to itself, copied alongside
+      double worst = 2 * op.bytes / r_.stream;  // the chunk to itself, one contiguous copy alongside
       for (int a : members) {
         int local = 0, remote = 0;
         for (int b : members) {

@@ -7,7 +7,7 @@
 M2=docs/measured/2026-11-29-h200x2
 M1=docs/measured/2026-12-01-h200
 # shellcheck disable=SC2034  # read by the scripts that source this file
-RATES=$M1/bench_kernels-pipelined.h5
+RATES=docs/measured/2026-12-01-h200-kernels22/bench_kernels-e8c2632.h5
 PAIRS=()
 for r in multi-flux-dev-1024-np2 multi-flux-dev-2048-np2 multi-hunyuanvideo-720p-np2 latency-floor/floor-np2; do
   PAIRS+=(--pair "$M2/$r.h5=$T/${r#latency-floor/}.h5" --bench "$M2/$r.h5=$M2/bench_kernels.h5"

@@ -373,6 +373,55 @@ TEST(Simulator, NcclAllToAllGrowsWithPeersUpToItsShareOfTheLink) {
   EXPECT_NEAR(simulate(traces(b), m).ranks[0][s0].end_ms, 1.0, 1e-9);
 }
 
+TEST(Simulator, ARanksChunkToItselfIsOneContiguousCopyAtTheStreamingRate) {
+  // A one-rank all-to-all (Ulysses1 on NCCL) moves its whole buffer to itself: one
+  // contiguous device copy (read + write) at stream_gbs, not at the strided 2-D copy's
+  // sm_copy_gbs. Measured op by op on one H200: 311 MB in 148 us, 4.2 TB/s.
+  Machine m = simple_machine();
+  m.params.at("stream_gbs").value = 3000;   // 3e9 bytes per ms
+  m.params.at("sm_copy_gbs").value = 700;   // would give 2e9 / 7e8 = 2.86 ms
+  m.params.at("nccl_latency_us").value = 40;
+  auto b = ranks(1, 1);
+  b[0].t.groups.push_back({0});
+  const int a = b[0].all_to_all(0, 0, 0, 1e9);
+  EXPECT_NEAR(simulate(traces(b), m).ranks[0][a].end_ms, 0.04 + 2e9 / 3e9, 1e-9);
+  // With a peer, the chunk to itself runs alongside at the same streaming rate: a slow
+  // link leaves it off the critical path, a fast one makes it the critical path.
+  m.params.at("nccl_peer_gbs").value = 450;
+  m.params.at("link_gbs").value = 450;
+  m.params.at("stream_gbs").value = 500;  // 5e8 bytes per ms: 2e8 read+write -> 0.4 ms
+  auto p = ranks(2, 1);
+  for (auto& x : p) x.t.groups.push_back({0, 1});
+  const int a0 = p[0].all_to_all(0, 0, 0, 1e8);
+  p[1].all_to_all(0, 0, 0, 1e8);
+  EXPECT_NEAR(simulate(traces(p), m).ranks[0][a0].end_ms, 0.04 + 0.4, 1e-9);  // not 1e8 / 4.5e8 = 0.22
+}
+
+TEST(Simulator, AGemmTooSmallForOneWaveOfBigTilesIsTiledFiner) {
+  // 100 SMs at 1e12 flops per ms. A 256 x 512 (x 512) GEMM has 4 tiles of 128x256: on
+  // 4 SMs of 100 it would take 25x its full-rate time. It is tiled 64x64 (32 tiles, one
+  // partial wave): 0.32 of the rate. A GEMM with a wave or more of big tiles is not
+  // changed: 1280 x 3840 is 150 big tiles, 2 waves at 0.75.
+  Machine m = simple_machine();
+  auto gemm = [](int64_t mm, int64_t n, int64_t k) {
+    Op o;
+    o.kind = OpKind::kKernel;
+    o.kernel = KernelKind::kGemm;
+    o.flops = 2.0 * mm * n * k;
+    o.dims[0] = mm;
+    o.dims[1] = n;
+    o.dims[2] = k;
+    o.dims[3] = 2;
+    return o;
+  };
+  const Op small = gemm(256, 512, 512), big = gemm(1280, 3840, 512);
+  EXPECT_NEAR(standalone_work_ms(small, m, false), small.flops / (1e12 * 0.32), 1e-12);
+  EXPECT_NEAR(standalone_work_ms(big, m, false), big.flops / (1e12 * 0.75), 1e-12);
+  // So small a GEMM that even 64x64 tiles are few: 64 x 64 is one tile, 1 SM of 100.
+  const Op tiny = gemm(64, 64, 64);
+  EXPECT_NEAR(standalone_work_ms(tiny, m, false), tiny.flops / (1e12 * 0.01), 1e-12);
+}
+
 TEST(Simulator, AnOpStartsNoEarlierThanTheHostIssuesIt) {
   Machine m = simple_machine();
   m.params.at("host_launch_us").value = 50;  // 0.05 ms per kernel launch
@@ -383,6 +432,39 @@ TEST(Simulator, AnOpStartsNoEarlierThanTheHostIssuesIt) {
   EXPECT_NEAR(tl.ranks[0][k0].start_ms, 0.05, 1e-9);
   EXPECT_NEAR(tl.ranks[0][k1].start_ms, 0.10, 1e-9);  // the device waited for the host
   EXPECT_NEAR(tl.ranks[0][k1].end_ms, 0.11, 1e-9);
+}
+
+TEST(Simulator, EachKindOfCallCostsTheHostItsOwn) {
+  // A cuBLASLt GEMM, a cuDNN attention and a NCCL collective cost the host more than a
+  // plain kernel launch: a near-empty layer whose GPU work is short is bound by them.
+  Machine m = simple_machine();
+  m.params.at("host_launch_us").value = 3;
+  m.params.at("host_gemm_us").value = 7;
+  m.params.at("host_attention_us").value = 11;
+  m.params.at("host_nccl_us").value = 13;
+  auto b = ranks(1, 1);
+  b[0].t.groups.push_back({0});
+  Op g;
+  g.kind = OpKind::kKernel;
+  g.kernel = KernelKind::kGemm;
+  g.stream = 0;
+  g.dims[0] = g.dims[1] = g.dims[2] = 64;
+  g.dims[3] = 2;  // no flops: only fixed costs
+  const int k0 = b[0].kernel_norm(0, 0);
+  const int k1 = b[0].add(g);
+  Op a = g;
+  a.kernel = KernelKind::kAttention;
+  a.dims[0] = 1;
+  a.dims[1] = 128;
+  a.dims[2] = 1;
+  a.dims[3] = 128;
+  const int k2 = b[0].add(a);
+  const int k3 = b[0].all_to_all(0, 0, 0, 0);
+  const Timeline tl = simulate(traces(b), m);
+  EXPECT_NEAR(tl.ranks[0][k0].start_ms, 0.003, 1e-12);
+  EXPECT_NEAR(tl.ranks[0][k1].start_ms, 0.010, 1e-12);
+  EXPECT_NEAR(tl.ranks[0][k2].start_ms, 0.021, 1e-12);
+  EXPECT_NEAR(tl.ranks[0][k3].start_ms, 0.034, 1e-12);
 }
 
 TEST(Simulator, DeterministicAndIndependentOfPreviousRuns) {
@@ -524,7 +606,10 @@ TEST(Machine, ValueOutsideItsPhysicalRangeIsRefused) {
 TEST(Machine, ShippedFixedCostsAreNotBelowTheirMicroBenchmarks) {
   const std::map<std::string, double> floor_us = {{"event_hop_us", 1.5},   {"memop_latency_us", 1.13},
                                                   {"copy_latency_us", 1.9}, {"host_copy_us", 5.9},
-                                                  {"host_api_us", 1.05},    {"nccl_latency_us", 4.5}};
+                                                  {"host_api_us", 1.05},    {"nccl_latency_us", 4.5},
+                                                  {"kernel_latency_us", 1.9}, {"host_launch_us", 1.0},
+                                                  {"host_gemm_us", 1.0},    {"host_attention_us", 1.0},
+                                                  {"host_nccl_us", 1.0}};
   for (const char* f : {"h200-nvlink", "h200-nvlink-prior", "h100-sxm", "h200-2node", "h200-4node"}) {
     const Machine m = load_machine(std::string(ULYSSES_SOURCE_DIR) + "/inputs/machines/" + f + ".json");
     for (const auto& [name, lo] : floor_us) {

@@ -20,7 +20,20 @@ std::vector<model::NormRopePoint> read_norm_rope_profile(const std::string& path
   if (what.size() != section.size() || shape.size() != section.size() || unit.size() != section.size() ||
       rate.size() != section.size())
     throw InputError(path + ": bench_kernels' section, what, shape, unit and rate differ in length");
-  const std::string revision = g.has_attr("revision") ? g.read_string("revision") : "revision not recorded";
+  // The code the bench measured: its `revision` attribute, else the stored file's name
+  // (docs/measured/ names them bench_kernels-<revision>.h5), else unknown.
+  std::string revision = g.has_attr("revision") ? g.read_string("revision") : "";
+  if (revision.empty()) {
+    const size_t slash = path.find_last_of('/');
+    const std::string file = path.substr(slash == std::string::npos ? 0 : slash + 1);
+    const std::string pre = "bench_kernels-", post = ".h5";
+    std::string rev = file.size() > pre.size() + post.size() && file.rfind(pre, 0) == 0 &&
+                              file.compare(file.size() - post.size(), post.size(), post) == 0
+                          ? file.substr(pre.size(), file.size() - pre.size() - post.size())
+                          : "";
+    const bool hex = rev.size() >= 7 && rev.find_first_not_of("0123456789abcdef") == std::string::npos;
+    revision = hex ? rev + " (from the file name)" : "revision not recorded";
+  }
   std::vector<model::NormRopePoint> out;
   for (size_t i = 0; i < section.size(); ++i) {
     if (section[i] != "norm+rope" || unit[i] != "TB/s") continue;

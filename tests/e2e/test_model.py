@@ -224,3 +224,24 @@ def test_model_predict_names_the_most_sensitive_parameter(app, run, tmp_path):
     _, _, t, _ = traced(rep, "hunyuanvideo-720p.u2", "ipc.baseline")
     assert got["stages_ms"][6] == pytest.approx(t["modeled_stage_ms"][:, 6].max(), rel=1e-6)
     assert got["sensitive"] == "attention_scale" and got["elasticity"] < -0.5
+
+
+def test_model_ops_puts_each_measured_op_beside_its_replay(app):
+    """`model ops`: a GPU report's traced layer (events around each op) op by op against the
+    replay on the machine; one line per device op (the host sync left out), in issue order."""
+    report = REPO / "docs" / "measured" / "2026-12-01-h200" / "floor-u1.h5"
+    r = subprocess.run([app, "model", "ops", str(report), "--run", "floor/nccl.baseline"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert "MODELLED" in r.stdout.splitlines()[0]
+    rows = [ln.split() for ln in r.stdout.splitlines() if not ln.startswith("#")]
+    assert len(rows) == 24 and all(row[0] == "floor/nccl.baseline" for row in rows)
+    assert [int(row[2]) for row in rows] == list(range(24))
+    kinds = [row[4] for row in rows]
+    assert kinds.count("kernel/gemm") == 3 and kinds.count("collective") == 2 and kinds.count("copy") == 2
+    for row in rows:
+        measured, modelled = float(row[8]), float(row[10])
+        assert measured > 0 and modelled >= 0, row
+    none = subprocess.run([app, "model", "ops", str(report), "--run", "floor/no-such-run"], capture_output=True,
+                          text=True)
+    assert none.returncode == 0 and not [ln for ln in none.stdout.splitlines() if not ln.startswith("#")]
