@@ -281,13 +281,13 @@ fi
 
 # --- the soak: one run per rank count and transport, every rank on the first visible GPU
 # (two ranks share it: time-sliced, so their layer times are functional evidence only).
-# Each run: 10 repeats of (20 warmup + 1000 timed) layers, /proc sampled every 0.2 s and
-# nvidia-smi every 0.5 s; the verdict (growth after the first window, the layer's p90/p10
-# and p50 across 10 windows, parity: docs/soak.md) is the step's exit status. FLUX 1024
-# took 1.1 ms a layer at one rank and 7.1 ms at two sharing the GPU
-# (docs/measured/2026-12-01-h200): about 2 x 15 s + 2 x 80 s of layers, with start-up
-# about 4 minutes for the four runs (estimated); a probe before each run cuts its layers
-# where they would take over SOAK_BUDGET_S (150 s). SOAK_POST_ARGS passes tolerances on.
+# Each run: 10 repeats of (20 warmup + 1000 timed) layers, /proc sampled every 0.1 s and
+# nvidia-smi every 0.2 s (each answer with its own time); the verdict (growth after the
+# first window, the layer's p90/p10 and p50 across 10 windows, parity: docs/soak.md) is the
+# step's exit status. Measured 2026-12-02: 18-20 s a run at one rank, 86 s at two sharing
+# the GPU (docs/measured/2026-12-02-h200-kern22-soak); a probe before each run cuts its
+# layers where they would take over SOAK_BUDGET_S (150 s; 0: no probe). SOAK_POST_ARGS
+# passes tolerances on.
 SOAK_DIR=$LOG/soak
 if [ $app_built -eq 1 ] && want soak; then
   rm -rf "$SOAK_DIR"

@@ -7,6 +7,8 @@
 # the app's schedules side by side at FLUX 2048 Ulysses1. Prints a summary last.
 #
 #   STEPS="bench torch tests memcheck app" scripts/gpu_kernels_check.sh
+#   STEPS="bench tests" BENCH_SECTIONS=norm TEST_FILTER='*NormRope*' scripts/gpu_kernels_check.sh
+#                                  # norm+RoPE only (~6 min): its % of bound table, its tests
 #
 # scripts/gpu_check.sh stays the whole check; this one fits a short lease.
 set -u -o pipefail
@@ -58,12 +60,15 @@ step configure 200 cmake -S . -B build-gpu -DULYSSES_CUDA=ON -DULYSSES_TESTS=ON 
 T=build-gpu/tests
 if [ -x "$T/bench_kernels" ]; then
   want bench && step bench_kernels 240 "$T/bench_kernels" --sections "${BENCH_SECTIONS:-norm,attention}" -o "$LOG/bench_kernels.h5"
+  # The norm+RoPE table (% of the copy bound of every kind, head dim, dtype and layout) on
+  # its own, for the summary.
+  sed -n '/^norm+RoPE table/,/^1-lnch:/p' "$LOG/bench_kernels.log" >"$LOG/norm_rope_table.txt"
   if want torch && [ -x /opt/torch/.venv/bin/python ]; then
     step torch_sdpa 120 env PYTHONUNBUFFERED=1 /opt/torch/.venv/bin/python scripts/torch_sdpa_bench.py
   fi
 fi
 if [ -x "$T/test_cuda_kernels" ]; then
-  want tests && step test_cuda_kernels 300 "$T/test_cuda_kernels"
+  want tests && step test_cuda_kernels 300 "$T/test_cuda_kernels" --gtest_filter="${TEST_FILTER:-*}"
   want memcheck && command -v compute-sanitizer >/dev/null &&
     step memcheck_norm 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$T/test_cuda_kernels" \
       --gtest_filter='*NormRope*'

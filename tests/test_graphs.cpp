@@ -28,15 +28,11 @@ namespace {
 using uipc::testing::world_rank;
 using uipc::testing::world_size;
 
-uint64_t fresh_seed() {
-  uint64_t s = std::random_device{}();
-  MPI_Bcast(&s, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  return s;
-}
+using uipc::testing::shared_seed;
 
 TEST(HostGraphs, LaunchesTakeTheirOwnValuesAndStayBounded) {
   auto dev = make_host_device(world_rank());
-  uipc::testing::check_graph_launches_take_their_own_values(*dev, fresh_seed());
+  uipc::testing::check_graph_launches_take_their_own_values(*dev, shared_seed());
 }
 
 struct LayerRun {
@@ -126,7 +122,7 @@ LayerRun run_layers(const std::string& transport, Mode mode, int layers, int res
 class Replay : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Replay, ReplayedLayersAreTheLayersIssuedOpByOp) {
-  const uint64_t seed = fresh_seed();
+  const uint64_t seed = shared_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const LayerRun ref = run_layers(GetParam(), Mode::kOpByOp, 9, -1, seed);
   const LayerRun g = run_layers(GetParam(), Mode::kGraphs, 9, -1, seed);
@@ -145,7 +141,7 @@ TEST_P(Replay, ReplayedLayersAreTheLayersIssuedOpByOp) {
 }
 
 TEST_P(Replay, ALayerThatDiffersRunsOpByOpAndSaysWhy) {
-  const uint64_t seed = fresh_seed();
+  const uint64_t seed = shared_seed();
   const LayerRun ref = run_layers(GetParam(), Mode::kOpByOp, 8, 5, seed);
   const LayerRun g = run_layers(GetParam(), Mode::kGraphs, 8, 5, seed);
   EXPECT_EQ(g.divergences, 1);

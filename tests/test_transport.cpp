@@ -38,13 +38,7 @@ namespace {
 using uipc::testing::world_rank;
 using uipc::testing::world_size;
 
-// A seed every rank agrees on, fresh for every test run.
-uint64_t shared_seed() {
-  uint64_t s = std::random_device{}();
-  s = (s << 32) ^ std::random_device{}();
-  MPI_Bcast(&s, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  return s;
-}
+using uipc::testing::shared_seed;
 
 // Element (b, s_global, h, d) of a tensor with identity `tensor`: 16 random bits.
 uint16_t element_bits(uint64_t seed, uint64_t tensor, int64_t b, int64_t s, int64_t h, int64_t d) {

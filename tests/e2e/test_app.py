@@ -283,13 +283,13 @@ def _long_deck(app, tmp_path, transport):
     return deck
 
 
-@pytest.mark.parametrize("transport", ["ipc", "nccl"])
-def test_stopped_peer_is_named_and_everyone_exits_4(app, tmp_path, transport):
-    """SIGSTOP one rank mid-run: the others give up within the watchdog, naming it."""
+def check_a_stopped_peer_is_named(app, deck, tmp_path, *extra_args):
+    """4 ranks with --watchdog 3, rank 2 stopped (SIGSTOP) 4 s in: the others give up within
+    the watchdog (exit 4), naming it, with no report and no shared memory left behind."""
     before = shm_entries()
-    deck = _long_deck(app, tmp_path, transport)
-    cmd = ["mpirun", "-np", "4", "--oversubscribe", app, str(deck), "-o", str(tmp_path / "r.h5"),
-           "--watchdog", "3"]
+    report = tmp_path / "r.h5"
+    cmd = ["mpirun", "-np", "4", "--oversubscribe", app, str(deck), "-o", str(report), "--watchdog", "3",
+           *extra_args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env())
     try:
         ranks = []
@@ -311,8 +311,14 @@ def test_stopped_peer_is_named_and_everyone_exits_4(app, tmp_path, transport):
     assert proc.returncode == 4, err
     assert took < 30, f"took {took:.1f} s to give up"
     assert "did not arrive" in err, err
-    assert not (tmp_path / "r.h5").exists()
+    assert not report.exists()
     assert shm_entries() <= before, "shared memory left behind"
+
+
+@pytest.mark.parametrize("transport", ["ipc", "nccl"])
+def test_stopped_peer_is_named_and_everyone_exits_4(app, tmp_path, transport):
+    """SIGSTOP one rank mid-run: the others give up within the watchdog, naming it."""
+    check_a_stopped_peer_is_named(app, _long_deck(app, tmp_path, transport), tmp_path)
 
 
 def test_sigint_leaves_no_report_and_no_shared_memory(app, tmp_path):
