@@ -12,7 +12,8 @@
 # 1 rank, and 2 and 4 ranks sharing it), ablations (one rank: every transport, schedule
 # and ablation at Ulysses1, and the latency floor), graphs (one GPU: layers replayed as
 # CUDA graphs against op by op, the ablation no-graphs, in the same run: the latency floor,
-# FLUX 1024 and 2048 at Ulysses1, FLUX 1024 at Ulysses2 on two ranks sharing the GPU), multi (with two GPUs or more: one GPU per rank,
+# FLUX 1024 and 2048 at Ulysses1 under v-first, v-first-split and v-project-first, FLUX 1024
+# at Ulysses2 on two ranks sharing the GPU), multi (with two GPUs or more: one GPU per rank,
 # IPC and VMM against NCCL at Ulysses2 on the model decks, and the 4-rank layouts on the
 # GPUs there are), soak (not in the default list, ~4-5 min: FLUX 1024 for 10,000 layers a
 # run at 1 rank and 2 ranks sharing the GPU, over ipc and vmm, with memory, RSS and fds
@@ -222,7 +223,7 @@ if [ $app_built -eq 1 ] && want graphs; then
   app_run graphs-floor-u1 1 "$GR/floor-u1.h5" --quiet
   for preset in flux-dev-1024 flux-dev-2048; do
     "$APP" deck new --preset "$preset" --name "$preset.u2" --ulysses 1 --transports nccl,ipc,vmm \
-      --schedules v-first,v-first-split --ablations no-graphs --warmup 5 --iterations 50 --repeats 2 \
+      --schedules v-first,v-first-split,v-project-first --ablations no-graphs --warmup 5 --iterations 50 --repeats 2 \
       -o "$GR/$preset-u1.h5" >>"$APP_LOG" 2>&1
     app_run "graphs-$preset-u1" 1 "$GR/$preset-u1.h5" --quiet
   done
