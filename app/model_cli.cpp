@@ -220,6 +220,7 @@ std::vector<Joined> join_pairs(const Options& o) {
       j.replay.terms = t.stage_terms;
       j.replay.measured = m.median_ms;
       j.replay.norm_rope = norm_rope;
+      j.replay.issue = m.graph_replay ? model::Issue::kGraphReplay : model::Issue::kOpByOp;
       out.push_back(std::move(j));
     }
   }

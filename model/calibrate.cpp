@@ -16,7 +16,7 @@ std::vector<double> modeled_stages(const ReplayCase& c, const Machine& machine, 
     own.norm_rope = c.norm_rope;
   }
   const Machine& m = c.norm_rope.empty() ? machine : own;
-  Timeline tl = simulate(c.traces, m);
+  Timeline tl = simulate(c.traces, m, c.issue);
   std::vector<double> crit(num_stages, -std::numeric_limits<double>::infinity());
   for (size_t r = 0; r < c.terms.size() && r < tl.ranks.size(); ++r) {
     std::vector<double> mine(num_stages, 0.0);

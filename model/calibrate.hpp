@@ -31,6 +31,9 @@ struct ReplayCase {
   // The norm+RoPE profile of the code that ran the measured report (its own bench_kernels
   // run), replacing the machine's: empty for the machine's own.
   std::vector<NormRopePoint> norm_rope;
+  // How the measured layers were issued: replayed graphs are modelled without host calls
+  // between their ops (reports before graphs, and --graphs off: op by op).
+  Issue issue = Issue::kOpByOp;
 };
 
 // Per stage: the modelled critical path (max over ranks) of the case on `m`.

@@ -202,7 +202,8 @@ struct WordWrite {
 
 class Simulation {
  public:
-  Simulation(const std::vector<RankTrace>& traces, const Machine& m) : tr_(traces), r_(m) {
+  Simulation(const std::vector<RankTrace>& traces, const Machine& m, Issue issue)
+      : tr_(traces), r_(m), issue_(issue) {
     const int world = static_cast<int>(traces.size());
     if (world == 0) throw InputError("simulate: no traces");
     if (world > r_.gpus)
@@ -231,6 +232,7 @@ class Simulation {
     stream_ops_.resize(world);
     heads_.resize(world);
     host_next_.assign(world, 0);
+    launched_.assign(world, false);
     host_clock_.resize(world);
     for (int rk = 0; rk < world; ++rk) {
       const RankTrace& t = traces[rk];
@@ -372,6 +374,8 @@ class Simulation {
   }
 
   double host_cost(const Op& op) const {
+    // A replayed graph: one launch call (its first op's), nothing between the rest.
+    if (issue_ == Issue::kGraphReplay) return 0.0;
     // Each kind of call costs the host its own: a library call (cuBLASLt, cuDNN, NCCL)
     // does work before its launch that a plain kernel launch does not. A near-empty layer
     // is bound by these: the GPU runs each op faster than the host issues the next.
@@ -407,7 +411,9 @@ class Simulation {
         s.state = State::kDone;
         ++done_;
       } else {
-        host_clock_[rk] += host_cost(*s.op);
+        const bool launch = issue_ == Issue::kGraphReplay && !launched_[rk];
+        host_clock_[rk] += launch ? r_.host_api : host_cost(*s.op);
+        if (launch) launched_[rk] = true;
         s.issue = host_clock_[rk];
       }
       ++host_next_[rk];
@@ -718,6 +724,8 @@ class Simulation {
   std::vector<std::vector<std::vector<int>>> stream_ops_;
   std::vector<std::vector<size_t>> heads_;
   std::vector<size_t> host_next_;
+  std::vector<bool> launched_;  // graph replay: the rank's launch call is made
+  Issue issue_ = Issue::kOpByOp;
   std::vector<double> host_clock_;
   std::map<WordKey, std::vector<WordWrite>> words_;
   std::map<CollectiveKey, std::vector<std::pair<int, int>>> collectives_;
@@ -731,8 +739,8 @@ class Simulation {
 
 }  // namespace
 
-Timeline simulate(const std::vector<RankTrace>& traces, const Machine& machine) {
-  return Simulation(traces, machine).run();
+Timeline simulate(const std::vector<RankTrace>& traces, const Machine& machine, Issue issue) {
+  return Simulation(traces, machine, issue).run();
 }
 
 double standalone_work_ms(const Op& op, const Machine& machine, bool peer) {

@@ -31,10 +31,15 @@ struct Timeline {
   int waits_before_trace = 0;
 };
 
+// How the layer was issued: op by op from the host (each op costs the host its call), or
+// replayed as one captured graph (lib/run/layer_graph.hpp: the host launches it once; the
+// GPU then meets every op's own latencies, but no host call stands between two ops).
+enum class Issue { kOpByOp, kGraphReplay };
+
 // traces[r] must be rank r's (every rank of one world). Throws InputError for traces
 // that do not fit together or do not fit the machine, and RuntimeError for a deadlock
 // (no op can make progress), naming the stuck ops.
-Timeline simulate(const std::vector<RankTrace>& traces, const Machine& machine);
+Timeline simulate(const std::vector<RankTrace>& traces, const Machine& machine, Issue issue = Issue::kOpByOp);
 
 // The time `op` takes on its own on an idle GPU of `machine`, after its fixed latency
 // (for tests and the docs). Peer copies at the link's rate; collectives and waits: 0.

@@ -434,6 +434,24 @@ TEST(Simulator, AnOpStartsNoEarlierThanTheHostIssuesIt) {
   EXPECT_NEAR(tl.ranks[0][k1].end_ms, 0.11, 1e-9);
 }
 
+TEST(Simulator, AReplayedGraphCostsTheHostOneLaunchNotACallAnOp) {
+  // The same two kernels issued op by op wait for the host's calls; replayed as one
+  // captured graph the host launches once (host_api) and the device runs them back to
+  // back (each still pays its own device-side latency, 0 here).
+  Machine m = simple_machine();
+  m.params.at("host_launch_us").value = 50;
+  m.params.at("host_api_us").value = 4;
+  auto b = ranks(1, 1);
+  const int k0 = b[0].kernel_norm(0, 1e7);  // 0.01 ms of work
+  const int k1 = b[0].kernel_norm(0, 1e7);
+  const Timeline ops = simulate(traces(b), m);
+  const Timeline graph = simulate(traces(b), m, Issue::kGraphReplay);
+  EXPECT_NEAR(ops.ranks[0][k1].end_ms, 0.11, 1e-9);
+  EXPECT_NEAR(graph.ranks[0][k0].start_ms, 0.004, 1e-9);
+  EXPECT_NEAR(graph.ranks[0][k1].start_ms, 0.014, 1e-9);
+  EXPECT_NEAR(graph.ranks[0][k1].end_ms, 0.024, 1e-9);
+}
+
 TEST(Simulator, EachKindOfCallCostsTheHostItsOwn) {
   // A cuBLASLt GEMM, a cuDNN attention and a NCCL collective cost the host more than a
   // plain kernel launch: a near-empty layer whose GPU work is short is bound by them.

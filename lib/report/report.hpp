@@ -93,6 +93,7 @@ struct RunResult {
   std::vector<model::RankTrace> traces;                 // [rank]; empty: not traced
   std::string machine;                                  // the machine modelled; "": not modelled
   std::string model_note;                               // why not, when not
+  std::string modeled_as;                               // "op by op" or "graph replay" (simulator Issue)
   std::vector<std::vector<model::OpTime>> modeled_ops;  // [rank][op] of traces
   std::vector<double> modeled_stage_ms;                 // [rank][stage], ms, modelled
   std::vector<double> modeled_v_overlap_ms, modeled_v_copy_ms;  // [rank]; v_copy -1: no copy stream

@@ -43,6 +43,7 @@ void write_traced_layer(const h5::Group& run_group, const RunResult& r) {
   const int world = static_cast<int>(r.traces.size());
   g.write_attr("machine", r.machine);
   g.write_attr("model_note", r.model_note);
+  g.write_attr("modeled_as", r.modeled_as);
   g.write_attr("waits_before_trace", static_cast<int64_t>(r.modeled_waits_before_trace));
   bool measured = false;
   for (const auto& t : r.traces)
@@ -182,6 +183,7 @@ std::vector<StoredRun> read_report_runs(const std::string& path) {
       s.dtype = cg.read_string("dtype");
       s.qk_norm = cg.read_string("qk_norm");
       s.median_ms = rg.read_double_list("median_ms");
+      s.graph_replay = rg.has_attr("graph_replays") && rg.read_int("graph_replays") > 0;
       if (static_cast<int>(s.median_ms.size()) != kNumStages)
         throw InputError(path + ": case '" + cname + "' run '" + rname + "': median_ms has " +
                          std::to_string(s.median_ms.size()) + " values, expected " + std::to_string(kNumStages));

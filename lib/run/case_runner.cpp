@@ -386,7 +386,9 @@ void trace_layer(RunInProgress& run, const std::string& tname, const std::string
   ts.watchdog_s = run.oc.wd;
   ts.barrier_label = "the start of the traced layer of " + tname + "/" + run_label;
   ts.spin_s = run.align_spin_s;
+  ts.issue = run.layer.stats().replays > 0 ? model::Issue::kGraphReplay : model::Issue::kOpByOp;
   run_traced_layer(*dr.be.tracer, run.pipe, dr.compute, ts, model_mode, rr);
+  if (!rr.machine.empty()) rr.modeled_as = ts.issue == model::Issue::kGraphReplay ? "graph replay" : "op by op";
   if (rr.machine.empty() && rr.model_note.empty()) rr.model_note = dr.machine_note;
   if (model_mode && dr.rank == 0) {
     rr.stage_ms = rr.modeled_stage_ms;

@@ -82,7 +82,7 @@ void run_traced_layer(TracingDevice& dev, LayerPipeline& pipe, Stream& compute, 
   if (setup.machine) {
     set_activity("replaying the traces under the machine model");
     try {
-      timeline = model::simulate(traces, *setup.machine);
+      timeline = model::simulate(traces, *setup.machine, setup.issue);
       dev.use_modeled_clock(&timeline.ranks[rank]);
       LayerTiming t = pipe.last_timing();
       dev.use_modeled_clock(nullptr);

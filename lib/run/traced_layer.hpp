@@ -21,6 +21,9 @@ struct TracedLayerSetup {
   double watchdog_s = 60;
   std::string barrier_label;
   double spin_s = 0;
+  // The run's timed layers were replayed as graphs: the traced layer (issued op by op, so
+  // that every op is seen) is modelled as one replayed graph, as those layers ran.
+  model::Issue issue = model::Issue::kOpByOp;
 };
 
 // Runs the traced layer and fills `rr`'s traced and modelled fields (on rank 0: every

@@ -57,9 +57,13 @@ def test_replayed_layers_are_the_op_by_op_layers(run, tmp_path, graph_deck, np_)
             checked += 1
     assert checked == 2 * 4  # ipc, vmm x 4 schedules
     with h5py.File(report, "r") as f:
-        g = f["cases"][f.attrs["cases"][0]]["ipc.v-first"]
+        c = f["cases"][f.attrs["cases"][0]]
+        g = c["ipc.v-first"]
         he = g["host_enqueue_ms"][()]
         assert he.shape == (g.attrs["repeats"], g.attrs["iterations"]) and np.all(he > 0), he
+        # The traced layer is modelled as its run's layers ran (docs/model.md).
+        assert g["traced_layer"].attrs["modeled_as"] == "graph replay"
+        assert c["ipc.v-first+no-graphs"]["traced_layer"].attrs["modeled_as"] == "op by op"
     # The post-processing table pairs each run with its twin.
     post = subprocess.run([sys.executable, "-m", "ulysses_post", "graphs", str(report), "--format", "csv"],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "postprocess")},
