@@ -1115,7 +1115,7 @@ class HostGraph final : public Graph {
 std::string HostCapture::unjoined() const {
   // How far each stream's work is waited on from the origin's end, to a fixed point.
   std::vector<std::pair<const HostStreamImpl*, size_t>> upto{{origin, entries.size()}};
-  auto reach = [&](const HostStreamImpl* s) -> const size_t* {
+  auto reach = [&](const HostStreamImpl* s) -> size_t* {
     for (auto& [st, n] : upto)
       if (st == s) return &n;
     return nullptr;
@@ -1126,12 +1126,12 @@ std::string HostCapture::unjoined() const {
       const Entry& e = entries[i];
       const size_t* r = reach(e.stream);
       if (e.kind != Kind::kWaitEvent || !e.joins || !r || i > *r) continue;
-      const size_t* j = reach(e.joins);
+      size_t* j = reach(e.joins);
       if (!j) {
         upto.emplace_back(e.joins, e.joins_entry);
         changed = true;
       } else if (*j < e.joins_entry) {
-        const_cast<size_t&>(*j) = e.joins_entry;
+        *j = e.joins_entry;
         changed = true;
       }
     }

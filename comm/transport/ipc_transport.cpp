@@ -107,12 +107,12 @@ class IpcTransport : public Transport {
       dev_.stream_wait_event(*copy_, *ready_evt_);
       if (copy_self) dev_.stream_wait_event(*self_, *ready_evt_);
     };
-    bool followed = false;
-    if (!group_) {
-      if (!joined_) follow_producer(), followed = true;
-      open_group();
-    }
-    if (!followed) follow_producer();
+    // The stream already follows the producer (an open group, or begin_layer): the group's
+    // release wait first, then the data; else the data first.
+    const bool following = group_ || joined_;
+    if (!following) follow_producer();
+    if (!group_) open_group();
+    if (following) follow_producer();
     // Past this point a failure is raised, never turned into a fallback: peers may
     // already be copying into our targets for this group.
     SharedTarget& t = target(sub);
