@@ -30,8 +30,7 @@ void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRo
 // Q and K in one launch of the vector kernel (the grid's halves take one view each: one
 // ramp-up and one drain instead of two), where both views have one shape, kind, RoPE and
 // eps and both fit the vector kernel; else two launch_norm_rope calls. Same results as
-// two launch_norm_rope calls. The layer does not use it yet: LayerKernels::norm_rope takes
-// one view (kernels/kernels.hpp, the pipeline's caller).
+// two launch_norm_rope calls. The layer's LayerKernels::norm_rope_qk.
 void launch_norm_rope_qk(cudaStream_t s, const QkView& q, const NormRopeParams& pq, const QkView& k,
                          const NormRopeParams& pk, DType dtype, NormRopeKernel which = NormRopeKernel::kAuto,
                          int batch = 0, int pipe = -1, int staged = -1);

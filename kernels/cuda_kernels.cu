@@ -876,11 +876,10 @@ void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x
     // multiprocessor), 4: 80 (24 warps), 6: 106-110 (16), 12: 164-168 (12; fp32 D72 only).
     // Measured on one H200 (2026-12-02, docs/measured/2026-12-02-h200-kern22): 78-80% at
     // 16-bit types, 83-85% fp32 D64/D128, 65-67% fp32 D72, against 68-73% for the plain
-    // walk. Its GPU tests (test_cuda_kernels, NormRopeAcrossHeadsBlockRows) have not run
-    // yet, so the layer does not pick it: kBlockRowsIsPick turns it on once they pass.
-    constexpr bool kBlockRowsIsPick = false;
+    // walk; the layer's pick wherever a row fits (test_cuda_kernels,
+    // NormRopeAcrossHeadsBlockRows, checks the pick takes it).
     const bool block_fits = chunks <= 32 && passes <= 4 * 12;
-    if (pipe == 16 || (kBlockRowsIsPick && pipe < 0 && batch == 0 && block_fits)) {
+    if (pipe == 16 || (pipe < 0 && batch == 0 && block_fits)) {
       UIPC_CHECK(block_fits, "norm_rope: the across-heads block walk takes rows of at most 48 passes of one chunk a "
                              "lane, not " + std::to_string(passes) + " of " + std::to_string(chunks) + " chunks a head");
       const int per_warp = (passes + kRowWarps - 1) / kRowWarps;

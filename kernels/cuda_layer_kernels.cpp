@@ -46,6 +46,13 @@ class CudaKernels : public LayerKernels {
     launch_norm_rope(native(s), x, dtype, p);
   }
 
+  void norm_rope_qk(Stream& s, const QkView& q, const NormRopeParams& pq, const QkView& k, const NormRopeParams& pk,
+                    DType dtype) override {
+    check_norm_rope_reach(q, dtype, pq);
+    check_norm_rope_reach(k, dtype, pk);
+    launch_norm_rope_qk(native(s), q, pq, k, pk, dtype);
+  }
+
   void attention(Stream& s, const void* q, const void* k, const void* v, void* o, int64_t batch, int64_t seq,
                  int heads, int head_dim, DType dtype, float scale) override {
     check_attention_reach(q, k, v, o, batch, seq, heads, head_dim, dtype);

@@ -72,6 +72,14 @@ class LayerKernels {
   // x.out (if any) are written there instead of back into x.
   virtual void norm_rope(Stream& s, const QkView& x, DType dtype, const NormRopeParams& p) = 0;
 
+  // norm_rope of Q and of K, the same results; a GPU takes both in one launch where it can
+  // (one ramp-up and one drain instead of two). Here: the two calls, in that order.
+  virtual void norm_rope_qk(Stream& s, const QkView& q, const NormRopeParams& pq, const QkView& k,
+                            const NormRopeParams& pk, DType dtype) {
+    norm_rope(s, q, dtype, pq);
+    norm_rope(s, k, dtype, pk);
+  }
+
   // o = softmax(q k^T * scale) v per (batch, head), exact, fp32 accumulation.
   // q, k, v, o contiguous (batch, seq, heads, head_dim) of type dtype.
   virtual void attention(Stream& s, const void* q, const void* k, const void* v, void* o,

@@ -30,15 +30,30 @@ void TracingKernels::gemm(Stream& s, const void* in, int64_t lda, const void* w,
                  op_key(in, lda, w, ldw, out, ldo, M, N, K, dtype, out_dtype));
 }
 
-void TracingKernels::norm_rope(Stream& s, const QkView& x, DType dtype, const NormRopeParams& p) {
-  const int64_t rows = x.batch * x.tokens_per_batch;
+namespace {
+model::Op norm_rope_op(int64_t rows, const QkView& x, DType dtype, const NormRopeParams& p) {
   const double bytes = 2 * d(rows) * d(x.heads) * d(x.head_dim) * d(static_cast<int64_t>(dtype_size(dtype)));
-  model::Op op = kernel_op(model::KernelKind::kNormRope, 0, bytes, rows, x.heads, x.head_dim,
-                           model::norm_rope_code(static_cast<int>(p.norm), static_cast<int>(dtype)));
-  dev_.record_op(s, op, true, [=, this](Stream& in_s) { inner_->norm_rope(in_s, x, dtype, p); },
-                 op_key(x.data, x.row_pitch, x.batch, x.tokens_per_batch, x.pos_offset, x.heads, x.head_dim, x.out.data,
-                        x.out.head_begin, x.out.head_count, x.out.row_pitch, x.out.batch_pitch, dtype, p.norm, p.rope,
-                        p.eps, p.rope_theta, p.gamma, p.beta));
+  return kernel_op(model::KernelKind::kNormRope, 0, bytes, rows, x.heads, x.head_dim,
+                   model::norm_rope_code(static_cast<int>(p.norm), static_cast<int>(dtype)));
+}
+uint64_t norm_rope_key(const QkView& x, DType dtype, const NormRopeParams& p) {
+  return op_key(x.data, x.row_pitch, x.batch, x.tokens_per_batch, x.pos_offset, x.heads, x.head_dim, x.out.data,
+                x.out.head_begin, x.out.head_count, x.out.row_pitch, x.out.batch_pitch, dtype, p.norm, p.rope, p.eps,
+                p.rope_theta, p.gamma, p.beta);
+}
+}  // namespace
+
+void TracingKernels::norm_rope(Stream& s, const QkView& x, DType dtype, const NormRopeParams& p) {
+  dev_.record_op(s, norm_rope_op(x.batch * x.tokens_per_batch, x, dtype, p), true,
+                 [=, this](Stream& in_s) { inner_->norm_rope(in_s, x, dtype, p); }, norm_rope_key(x, dtype, p));
+}
+
+void TracingKernels::norm_rope_qk(Stream& s, const QkView& q, const NormRopeParams& pq, const QkView& k,
+                                  const NormRopeParams& pk, DType dtype) {
+  const int64_t rows = q.batch * q.tokens_per_batch + k.batch * k.tokens_per_batch;
+  dev_.record_op(s, norm_rope_op(rows, q, dtype, pq), true,
+                 [=, this](Stream& in_s) { inner_->norm_rope_qk(in_s, q, pq, k, pk, dtype); },
+                 op_key(norm_rope_key(q, dtype, pq), norm_rope_key(k, dtype, pk)));
 }
 
 void TracingKernels::attention(Stream& s, const void* q, const void* k, const void* v, void* o, int64_t batch,

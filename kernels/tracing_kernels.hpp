@@ -19,6 +19,9 @@ class TracingKernels final : public LayerKernels {
   void gemm(Stream& s, const void* in, int64_t lda, const void* w, int64_t ldw, void* out, int64_t ldo, int64_t M,
             int64_t N, int64_t K, DType dtype, DType out_dtype) override;
   void norm_rope(Stream& s, const QkView& x, DType dtype, const NormRopeParams& p) override;
+  // One record for both: one launch on a GPU (its rows are Q's and K's).
+  void norm_rope_qk(Stream& s, const QkView& q, const NormRopeParams& pq, const QkView& k, const NormRopeParams& pk,
+                    DType dtype) override;
   void attention(Stream& s, const void* q, const void* k, const void* v, void* o, int64_t batch, int64_t seq,
                  int heads, int head_dim, DType dtype, float scale) override;
   void convert_from_f32(Stream& s, const float* in, void* out, int64_t n, DType dtype) override;

@@ -507,9 +507,8 @@ TEST_F(CudaKernelsTest, NormRopeQkOneLaunchMatchesTwoLaunches) {
 // stored): the benchmark's shapes (rows of 12 to 42 passes: 3, 4, 6 and 12 passes a warp),
 // every dtype, fused and separate, with and without a head slice out, without RoPE too,
 // at one row (most blocks idle), 74 rows and 3000 (every block walks several rows, the
-// buffers and the shared sums' halves alternate); the layer's pick takes it once it is
-// turned on (kBlockRowsIsPick, kernels/cuda_kernels.cu; off until this test has passed on
-// a GPU); a row of more than 48 passes is refused by name.
+// buffers and the shared sums' halves alternate); the layer's pick takes it; a row of more
+// than 48 passes is refused by name (and the pick falls back to a register walk).
 TEST_F(CudaKernelsTest, NormRopeAcrossHeadsBlockRows) {
   struct Shape {
     int D, H;
@@ -530,6 +529,8 @@ TEST_F(CudaKernelsTest, NormRopeAcrossHeadsBlockRows) {
       run_norm_rope_check(*this, {dt, sh.D, sh.H, NormKind::kRmsAcrossHeads, true, true, false,
                                   NormRopeKernel::kVector, -1, 37, 2, -1});
       if (HasFatalFailure()) return;
+      EXPECT_NE(last_norm_rope_launch().kernel.find("block rows"), std::string::npos)
+          << "the layer's pick: " << last_norm_rope_launch().kernel;
     }
   }
   auto buf = dev_->alloc(static_cast<size_t>(4) * 49 * 128 * 4);

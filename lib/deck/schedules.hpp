@@ -18,6 +18,7 @@ enum class Step {
   kProjectV,
   kNormQ,       // Q/K norm + RoPE, in place
   kNormK,
+  kNormQK,      // both in one launch (LayerKernels::norm_rope_qk), where Q and K are ready together
   kSubmitQ,     // hand the tensor to the transport (the last submit carries the barrier)
   kSubmitK,
   kSubmitV,
@@ -36,16 +37,16 @@ inline const std::vector<ScheduleKind>& schedule_table() {
   static const std::vector<ScheduleKind> table = {
       // Everything first, then the three tensors together.
       {"baseline",
-       {S::kProjectQkv, S::kNormQ, S::kNormK, S::kSubmitQ, S::kSubmitK, S::kSubmitV},
-       {S::kProjectQ, S::kProjectK, S::kProjectV, S::kNormQ, S::kNormK, S::kSubmitQ, S::kSubmitK, S::kSubmitV}},
+       {S::kProjectQkv, S::kNormQK, S::kSubmitQ, S::kSubmitK, S::kSubmitV},
+       {S::kProjectQ, S::kProjectK, S::kProjectV, S::kNormQK, S::kSubmitQ, S::kSubmitK, S::kSubmitV}},
       // V (a strided view of the fused projection) goes out at once; Q/K norm + RoPE run
       // on the compute stream while it is in flight; K carries the grouped barrier.
-      {"v-first", {S::kProjectQkv, S::kSubmitV, S::kNormQ, S::kNormK, S::kSubmitQ, S::kSubmitK}, {}},
+      {"v-first", {S::kProjectQkv, S::kSubmitV, S::kNormQK, S::kSubmitQ, S::kSubmitK}, {}},
       // The fused projection split by columns: V's first, submitted at once, so that its
       // copy runs beside the Q/K GEMM (compute-bound) rather than beside the memory-bound
       // norm; then Q and K, normed and submitted, K with the barrier.
       {"v-project-first",
-       {S::kProjectFusedV, S::kSubmitV, S::kProjectFusedQK, S::kNormQ, S::kNormK, S::kSubmitQ, S::kSubmitK},
+       {S::kProjectFusedV, S::kSubmitV, S::kProjectFusedQK, S::kNormQK, S::kSubmitQ, S::kSubmitK},
        {}},
       // Separate projections: V, then Q, then K, each submitted as soon as it is ready.
       {"v-first-split",

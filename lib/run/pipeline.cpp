@@ -24,7 +24,7 @@ NormRopeParams norm_params(const Case& c, const LayerData& d, bool q) {
 }
 
 bool is_submit(Step s) { return s == Step::kSubmitQ || s == Step::kSubmitK || s == Step::kSubmitV; }
-bool is_norm(Step s) { return s == Step::kNormQ || s == Step::kNormK; }
+bool is_norm(Step s) { return s == Step::kNormQ || s == Step::kNormK || s == Step::kNormQK; }
 int tag_index(Tag t) { return static_cast<int>(t); }  // Q, K, V: 0, 1, 2
 }  // namespace
 
@@ -73,6 +73,14 @@ QkView LayerPipeline::qk_view(bool q) const {
 
 ExchangeShape LayerPipeline::scatter_shape() const {
   return ExchangeShape{l_.batch, l_.seq_local, l_.heads_tp, l_.head_dim, c_.dtype, l_.seq};
+}
+
+// Q's or K's view for its norm + RoPE, its own heads written straight to its own slice.
+QkView LayerPipeline::norm_view(bool q) {
+  QkView v = qk_view(q);
+  const OwnSlice& o = own(q ? Tag::kQ : Tag::kK);
+  if (o.data != nullptr) v.out = HeadSliceOut{o.data, o.head_begin, o.head_count, o.row_pitch, o.batch_pitch};
+  return v;
 }
 
 bool LayerPipeline::norm_applies() const { return c_.qk_norm != NormKind::kNone || c_.rope != RopeKind::kNone; }
@@ -150,16 +158,18 @@ void LayerPipeline::run_step(Step step, bool last_submit) {
       break;
     }
     case Step::kNormQ:
-    case Step::kNormK: {
-      const bool q = step == Step::kNormQ;
+    case Step::kNormK:
       if (norm_applies()) {
-        QkView v = qk_view(q);
-        const OwnSlice& o = own(q ? Tag::kQ : Tag::kK);
-        if (o.data != nullptr) v.out = HeadSliceOut{o.data, o.head_begin, o.head_count, o.row_pitch, o.batch_pitch};
-        kernels_.norm_rope(compute_, v, t, norm_params(c_, data_, q));
+        const bool q = step == Step::kNormQ;
+        kernels_.norm_rope(compute_, norm_view(q), t, norm_params(c_, data_, q));
       }
       break;
-    }
+    case Step::kNormQK:
+      if (norm_applies()) {
+        const QkView q = norm_view(true), k = norm_view(false);  // Q's own slice fetched first, as op by op
+        kernels_.norm_rope_qk(compute_, q, norm_params(c_, data_, true), k, norm_params(c_, data_, false), t);
+      }
+      break;
     case Step::kSubmitQ:
     case Step::kSubmitK:
     case Step::kSubmitV: {

@@ -62,6 +62,7 @@ class LayerPipeline {
   };
   void run_step(Step step, bool last_submit);
   QkView qk_view(bool q) const;
+  QkView norm_view(bool q);
   DeviceBuffer& attn_out();
   ExchangeShape scatter_shape() const;
   // Whether Q/K norm + RoPE runs at all (else the projection writes Q's and K's own slices).
