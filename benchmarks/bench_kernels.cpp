@@ -120,8 +120,9 @@ struct NormCell {
   std::string kind, dtype, layout, kernel;
   int D = 0, H = 0;
   double ms = 0, gbs = 0, of_bound = 0, stream_ms = 0, of_stream = 0, rope_only_ms = 0, bytes = 0;
-  // Q and K in one launch (launch_norm_rope_qk; not yet what the layer runs), and the
-  // streaming kernel over both views in one launch: what the second launch costs.
+  // Q and K in one launch (launch_norm_rope_qk: what the layer runs in the schedules
+  // that norm them together, every one but v-first-split), and the streaming kernel over
+  // both views in one launch: what the second launch costs.
   double qk_ms = 0, qk_of_bound = 0, stream1_ms = 0, stream1_of_bound = 0;
   std::string qk_kernel;
   int blocks = 0, blocks_per_sm = 0, warps_per_sm = 0, regs = 0;
@@ -281,7 +282,8 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
 // views streamed in place with no arithmetic (the bound at this size and launch count), the RoPE-only kernel of the same
 // shape (the cost of the walk without the norm), occupancy and bytes in flight.
 void print_norm_table(const std::vector<NormCell>& cells, double bound_tbs) {
-  std::printf("\nnorm+RoPE table (Q and K of M16896 tokens, two launches; bound = %.3f TB/s device copy)\n", bound_tbs);
+  std::printf("\nnorm+RoPE table (Q and K of M16896 tokens, in two launches and in one; bound = %.3f TB/s device copy)\n",
+              bound_tbs);
   std::printf("%-16s | %4s | %3s | %-4s | %-8s | %-24s | %8s | %7s | %6s | %8s | %7s | %8s | %6s | %5s | %4s | %5s | %7s | %9s | %14s | %8s | %6s | %6s | %s\n",
               "kind", "D", "H", "type", "layout", "kernel", "ms", "GB/s", "%bound", "strm ms", "%strm", "rope ms",
               "MB", "grid", "b/SM", "w/SM", "regs", "smem KB/b", "inflight KB/SM", "1-lnch ms", "%bound",
@@ -297,8 +299,8 @@ void print_norm_table(const std::vector<NormCell>& cells, double bound_tbs) {
                 c.warps_per_sm, c.regs, c.smem_kb, c.inflight_kb_per_sm, c.qk_ms, 100 * c.qk_of_bound,
                 100 * c.stream1_ms / c.qk_ms, c.of_bound < 0.85 ? " <85%" : "", c.qk_of_bound < 0.85 ? " 1-lnch<85%" : "");
   }
-  std::printf("cells below 85%% of the copy bound: %d of %zu (two launches, what the layer runs); with Q and K in one "
-              "launch: %d of %zu\n",
+  std::printf("cells below 85%% of the copy bound: %d of %zu in two launches (the layer under v-first-split); with Q "
+              "and K in one launch (the layer under baseline, v-first, v-project-first): %d of %zu\n",
               below, cells.size(), below_qk, cells.size());
   std::printf("1-lnch: the same pick with Q and K in one launch (launch_norm_rope_qk); %%strm1: the streaming kernel "
               "over both views in one launch, as a share of it\n");

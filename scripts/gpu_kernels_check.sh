@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A lean GPU check for kernel work (issue #22), one call of the device tool: build the
 # CUDA kernels' targets in build-gpu, then, each step bounded and logged to $OUT (else
-# build-gpu/logs): the norm+RoPE and attention benchmark, cuDNN SDPA through PyTorch on
-# the same GPU in the same run (with the GPU's clocks and power sampled throughout), the
-# GPU kernel tests, compute-sanitizer memcheck over the norm+RoPE tests, and (STEPS app)
+# build-gpu/logs): the GPU kernel tests, compute-sanitizer memcheck over the norm+RoPE
+# tests, the norm+RoPE and attention benchmark, cuDNN SDPA through PyTorch on the same GPU
+# in the same run (with the GPU's clocks and power sampled throughout), and (STEPS app)
 # the app's schedules side by side at FLUX 2048 Ulysses1. Prints a summary last.
 #
 #   STEPS="bench torch tests memcheck app" scripts/gpu_kernels_check.sh
@@ -58,6 +58,13 @@ step configure 200 cmake -S . -B build-gpu -DULYSSES_CUDA=ON -DULYSSES_TESTS=ON 
   -DULYSSES_CUDNN_SDPA=ON "${KOKKOS_ARGS[@]}" &&
   step build 360 cmake --build build-gpu --target "${TARGETS[@]}" -j"$JOBS"
 T=build-gpu/tests
+# The tests first: a kernel is timed only once it is shown right.
+if [ -x "$T/test_cuda_kernels" ]; then
+  want tests && step test_cuda_kernels 300 "$T/test_cuda_kernels" --gtest_filter="${TEST_FILTER:-*}"
+  want memcheck && command -v compute-sanitizer >/dev/null &&
+    step memcheck_norm 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$T/test_cuda_kernels" \
+      --gtest_filter='*NormRope*'
+fi
 if [ -x "$T/bench_kernels" ]; then
   want bench && step bench_kernels 240 "$T/bench_kernels" --sections "${BENCH_SECTIONS:-norm,attention}" -o "$LOG/bench_kernels.h5"
   # The norm+RoPE table (% of the copy bound of every kind, head dim, dtype and layout) on
@@ -66,12 +73,6 @@ if [ -x "$T/bench_kernels" ]; then
   if want torch && [ -x /opt/torch/.venv/bin/python ]; then
     step torch_sdpa 120 env PYTHONUNBUFFERED=1 /opt/torch/.venv/bin/python scripts/torch_sdpa_bench.py
   fi
-fi
-if [ -x "$T/test_cuda_kernels" ]; then
-  want tests && step test_cuda_kernels 300 "$T/test_cuda_kernels" --gtest_filter="${TEST_FILTER:-*}"
-  want memcheck && command -v compute-sanitizer >/dev/null &&
-    step memcheck_norm 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$T/test_cuda_kernels" \
-      --gtest_filter='*NormRope*'
 fi
 APP=build-gpu/app/ulysses-ipc
 if want app && [ -x "$APP" ]; then
