@@ -902,9 +902,12 @@ void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x
     // 70 -> 73-74%, LayerNorm 55 -> 60%). Across heads stays on the plain walk (12
     // passes: 72-73% at 16-bit types): rows pipelined whole (pipe 12) measured 61-63%,
     // their two rows of registers (156 a thread) leaving 3 blocks a multiprocessor.
-    const bool rms_odd_groups = kNorm == static_cast<int>(NormKind::kRmsPerHead) && !pow2_groups;
+    // LayerNorm on such groups too (head_dim 72 at 16-bit types, 2026-12-02:
+    // 52-54% plain with 8 passes against 46-49% pipelined; docs/measured/2026-12-02-h200-normqk).
+    const bool odd_groups = (kNorm == static_cast<int>(NormKind::kRmsPerHead) ||
+                             kNorm == static_cast<int>(NormKind::kLayerPerHead)) && !pow2_groups;
     if (batch != 0 || across) pipe = 0;
-    else if (sizeof(T) == 2) pipe = rms_odd_groups ? 0 : 4;
+    else if (sizeof(T) == 2) pipe = odd_groups ? 0 : 4;
     else pipe = !pow2_groups && kNorm != static_cast<int>(NormKind::kNone) ? 6 : 0;
   }
   if (chunks > 32) {
