@@ -1,9 +1,16 @@
 # Writes OUT (a header defining ULYSSES_GIT_REV) from `git describe` of SRC, at build
 # time, so that report provenance names the revision that was built (with "-dirty"
 # when the tree had uncommitted changes). The header changes only when the revision
-# does, so nothing rebuilds needlessly.
-execute_process(COMMAND git describe --always --dirty --abbrev=12 WORKING_DIRECTORY ${SRC}
-                OUTPUT_VARIABLE rev OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
+# does, so nothing rebuilds needlessly. A copied tree whose git metadata is not its own
+# (a tarball, a GPU machine's copy of a working tree) is named by whoever builds it:
+# ULYSSES_REVISION in the build's environment wins, marked "(given)".
+if(NOT "$ENV{ULYSSES_REVISION}" STREQUAL "")
+  set(rev "$ENV{ULYSSES_REVISION} (given)")
+  set(rc 0)
+else()
+  execute_process(COMMAND git describe --always --dirty --abbrev=12 WORKING_DIRECTORY ${SRC}
+                  OUTPUT_VARIABLE rev OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
+endif()
 if(NOT rc EQUAL 0 OR rev STREQUAL "")
   set(rev "unknown")
 endif()

@@ -37,7 +37,7 @@ step() {  # step NAME LIMIT CMD...: output to $LOG/NAME.log
 }
 
 {
-  echo "date: $(date -u +%FT%TZ)  revision: $(cat REVISION 2>/dev/null || git rev-parse HEAD 2>/dev/null)"
+  echo "date: $(date -u +%FT%TZ)  revision: ${ULYSSES_REVISION:-$(git rev-parse HEAD 2>/dev/null)}"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit --format=csv 2>&1
 } >"$LOG/env.txt"
 # The GPU's clocks, power and throttle reasons every 200 ms for the whole call.
