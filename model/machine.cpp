@@ -35,6 +35,9 @@ const std::vector<ParamSpec>& parameter_specs() {
       {"kernel_latency_us", "us", 0, 1e4, "device-side fixed cost of a kernel"},
       {"copy_latency_us", "us", 0, 1e4, "device-side fixed cost of a copy"},
       {"event_hop_us", "us", 0, 1e4, "a stream resumes this long after the event it waits for completes"},
+      {"work_event_hop_us", "us", 0, 1e4,
+       "a stream resumes this long after the event it waits for when that event was recorded behind device work "
+       "(a kernel or copy) on another stream; event_hop_us when it was recorded behind a stream wait or write"},
       {"memop_latency_us", "us", 0, 1e4, "a stream write or wait of a 64-bit word (each end of the handshake)"},
       {"host_launch_us", "us", 0, 1e4, "host time to launch a plain kernel (norm + RoPE, conversion)"},
       {"host_gemm_us", "us", 0, 1e4, "host time of a cuBLASLt matmul call (heuristic cache, descriptors, launch)"},

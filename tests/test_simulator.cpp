@@ -310,6 +310,33 @@ TEST(Simulator, EventWaitsAddTheHopAndStreamOrderHolds) {
   EXPECT_GE(tl.ranks[0][k].end_ms, 0.0);
 }
 
+// An event recorded behind device work (a kernel, a copy) reaches a stream waiting on it
+// work_event_hop_us later; one recorded behind a stream wait, event_hop_us later (measured
+// op by op on one H200: scripts/model_wake.py). Records in between do not change which.
+TEST(Simulator, AnEventBehindWorkReachesAWaitingStreamLaterThanOneBehindAWait) {
+  Machine m = simple_machine();
+  m.params.at("event_hop_us").value = 100;       // 0.1 ms
+  m.params.at("work_event_hop_us").value = 500;  // 0.5 ms
+  auto b = ranks(1, 4);
+  b[0].kernel_norm(0, 1e9);                  // 1 ms on stream 0
+  const int step = b[0].record(0);           // behind the kernel
+  const int r1 = b[0].record(0);             // behind a record behind the kernel: still behind work
+  const int w1 = b[0].wait_event(1, r1);     // stream 1: 1.0 + 0.5
+  const int r2 = b[0].record(1);             // behind that wait
+  const int w2 = b[0].wait_event(2, r2);     // stream 2: 1.5 + 0.1
+  const int w3 = b[0].wait_event(0, r2);     // back on stream 0, behind a wait: 1.5 + 0.1
+  const int same = b[0].wait_event(3, step); // stream 3 waits too: behind work
+  Timeline tl = simulate(traces(b), m);
+  EXPECT_NEAR(tl.ranks[0][r1].end_ms, 1.0, 1e-9);
+  EXPECT_NEAR(tl.ranks[0][w1].end_ms, 1.5, 1e-9);
+  EXPECT_NEAR(tl.ranks[0][w2].end_ms, 1.6, 1e-9);
+  EXPECT_NEAR(tl.ranks[0][w3].end_ms, 1.6, 1e-9);
+  EXPECT_NEAR(tl.ranks[0][same].end_ms, 1.5, 1e-9);
+  // Never quicker than the plain hop: a machine whose work hop is below it takes the hop.
+  m.params.at("work_event_hop_us").value = 10;
+  EXPECT_NEAR(simulate(traces(b), m).ranks[0][w1].end_ms, 1.1, 1e-9);
+}
+
 TEST(Simulator, ACollectiveStartsWhenItsLastRankArrivesAndEndsTogether) {
   auto b = ranks(2, 1);
   for (auto& x : b) x.t.groups.push_back({0, 1});

@@ -56,7 +56,11 @@ class TracingCollectives final : public Collectives {
 
   std::unique_ptr<RegisteredBuffer> alloc_registered(size_t bytes) override { return inner_->alloc_registered(bytes); }
   std::string copy_engine_note() const override { return inner_->copy_engine_note(); }
-  std::string graph_ineligible_reason() const override { return inner_->graph_ineligible_reason(); }
+  // In --mode model (data elided) the collectives stand for NCCL on the modelled machine,
+  // which a graph captures: the run is modelled as the GPU run would issue it.
+  std::string graph_ineligible_reason() const override {
+    return dev_.elides_data() ? std::string() : inner_->graph_ineligible_reason();
+  }
 
   void all_reduce_sum_f32(Stream& s, float* buf, size_t n) override {
     model::Op op = collective(model::CollectiveKind::kAllReduce, static_cast<double>(n * sizeof(float)));

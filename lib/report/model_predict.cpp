@@ -57,6 +57,7 @@ int model_predict(const std::vector<std::string>& reports, const model::Machine&
       c.label = r.case_name + " " + r.run_name;
       c.traces = r.traces;
       c.terms = r.stage_terms;
+      c.issue = r.graph_replay ? model::Issue::kGraphReplay : model::Issue::kOpByOp;
       const std::vector<double> base = model::modeled_stages(c, m, kNumStages);
       std::string best;
       double best_e = 0;

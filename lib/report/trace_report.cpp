@@ -189,6 +189,8 @@ std::vector<StoredRun> read_report_runs(const std::string& path) {
                          std::to_string(s.median_ms.size()) + " values, expected " + std::to_string(kNumStages));
       if (rg.has_link("traced_layer")) {
         h5::Group tg = rg.open_group("traced_layer");
+        // --mode model replays nothing, but says how the GPU run would issue its layers.
+        if (mode == "model" && tg.has_attr("modeled_as")) s.graph_replay = tg.read_string("modeled_as") == "graph replay";
         for (int rk = 0; rk < world; ++rk) {
           const std::string dname = "trace_rank" + std::to_string(rk);
           h5::Dataset d = tg.open_dataset(dname);

@@ -21,7 +21,9 @@ struct StoredRun {
   int64_t batch = 0, seq_len = 0, heads = 0, head_dim = 0, ulysses = 0, tp = 0, fused_qkv = 0;
   std::string dtype, qk_norm;
   std::vector<double> median_ms;           // measured (or, in --mode model, modelled) critical path
-  bool graph_replay = false;               // its timed layers were replayed as graphs (graph_replays > 0)
+  // Its timed layers were replayed as graphs (graph_replays > 0); in --mode model, the GPU
+  // run would replay them (traced_layer/@modeled_as).
+  bool graph_replay = false;
   std::vector<model::RankTrace> traces;    // empty when the run has no traced layer
   std::vector<std::vector<model::StageTerm>> stage_terms;  // [rank]
   std::string shape_key() const;           // what must agree between a measured run and its traces

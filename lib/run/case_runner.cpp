@@ -245,6 +245,7 @@ struct RunInProgress {
   std::vector<std::vector<float>>* exact = nullptr;  // that run's outputs (for the others)
   Parity worst;                                   // over the steps, against the dense reference
   bool vs_exact_pass = true;                      // approximate runs: every step within tolerance
+  bool modeled_as_replay = false;                 // --mode model: the GPU run would replay its layers
 };
 
 // Step t's input, in place: the pipeline reads data.x.
@@ -386,7 +387,9 @@ void trace_layer(RunInProgress& run, const std::string& tname, const std::string
   ts.watchdog_s = run.oc.wd;
   ts.barrier_label = "the start of the traced layer of " + tname + "/" + run_label;
   ts.spin_s = run.align_spin_s;
-  ts.issue = run.layer.stats().replays > 0 ? model::Issue::kGraphReplay : model::Issue::kOpByOp;
+  // Modelled as the timed layers ran: replayed as graphs when they were (or, in --mode
+  // model, when the GPU run would replay them), else op by op.
+  ts.issue = run.layer.stats().replays > 0 || run.modeled_as_replay ? model::Issue::kGraphReplay : model::Issue::kOpByOp;
   run_traced_layer(*dr.be.tracer, run.pipe, dr.compute, ts, model_mode, rr);
   if (!rr.machine.empty()) rr.modeled_as = ts.issue == model::Issue::kGraphReplay ? "graph replay" : "op by op";
   if (rr.machine.empty() && rr.model_note.empty()) rr.model_note = dr.machine_note;
@@ -478,12 +481,13 @@ void print_run_line(const DeckRun& dr, const OpenCase& oc, const RunResult& rr, 
   }
 }
 
-// Why this run's layers cannot be replayed as graphs ("": they can).
+// Why this run's layers cannot be replayed as graphs ("": they can). In --mode model the
+// layers are traced op by op whatever this says; it says whether the GPU run would replay
+// them, and so how the traced layer is modelled (its collectives stand for NCCL there).
 std::string graphs_why_not(const DeckRun& dr, const OpenCase& oc, const SelectedTransport& sel, const Transport& gather,
                            const std::string& ablation) {
   if (!dr.opt.graphs) return "--graphs off";
   if (ablation == "no-graphs") return "ablation no-graphs";
-  if (dr.mode == Mode::kModel) return "--mode model traces its layers op by op";
   if (std::string why = dr.be.device->graph_ineligible_reason(); !why.empty()) return "the device: " + why;
   if (std::string why = sel.transport->graph_ineligible_reason(); !why.empty()) return "the scatter: " + why;
   if (std::string why = gather.graph_ineligible_reason(); !why.empty()) return "the gather: " + why;
@@ -527,12 +531,15 @@ RunResult run_one(const DeckRun& dr, OpenCase& oc, const std::string& tname, con
   const double align_spin_s = dr.mode == Mode::kGpu ? 0.05 : 0.0;
   LayerPipeline pipe(*dr.be.device, *dr.be.kernels, c, oc.l, oc.data, sched, *sel.transport, *gather, oc.tcoll.get(),
                      dr.compute, pipeline_options(ablation));
-  GraphedLayer layer(*dr.be.tracer, pipe, dr.compute, graphs_why_not(dr, oc, sel, *gather, ablation));
+  const std::string why_not = graphs_why_not(dr, oc, sel, *gather, ablation);
+  GraphedLayer layer(*dr.be.tracer, pipe, dr.compute,
+                     dr.mode == Mode::kModel ? "--mode model traces its layers op by op" : why_not);
   const bool defines_exact = !approx && oc.exact_out.count(sname) == 0;
   RunInProgress run{dr, oc, sel, pipe, layer, sname, approx, "the start of a timed layer of " + tname + "/" + run_label,
                     align_spin_s, rr, defines_exact, oc.exact_out.count(sname) ? &oc.exact_out[sname] : nullptr,
                     Parity{}, true};
   if (run.defines_exact) oc.exact_out[sname].resize(static_cast<size_t>(oc.shape.steps));
+  run.modeled_as_replay = dr.mode == Mode::kModel && why_not.empty();
 
   time_and_check_layers(run);
   note_graphs(layer, rr);

@@ -245,3 +245,35 @@ def test_model_ops_puts_each_measured_op_beside_its_replay(app):
     none = subprocess.run([app, "model", "ops", str(report), "--run", "floor/no-such-run"], capture_output=True,
                           text=True)
     assert none.returncode == 0 and not [ln for ln in none.stdout.splitlines() if not ln.startswith("#")]
+
+
+def test_model_mode_models_a_layer_as_a_graph_replay_where_the_gpu_run_would_replay(app, run, tmp_path):
+    """--mode model traces every layer op by op, but models it as the GPU run would issue it:
+    a graph replay (the host launches once) where that run would replay graphs
+    (lib/run/case_runner.cpp, graphs_why_not: the collectives stand for NCCL), op by op
+    under --graphs off and the no-graphs ablation. traced_layer/@modeled_as says which."""
+    deck = tmp_path / "floor.deck.h5"
+    made = subprocess.run([app, "deck", "new", "--name", "floor", "--seq-len", "256", "--heads", "8", "--head-dim",
+                           "64", "--dtype", "bf16", "--ulysses", "2", "--transports", "nccl,ipc", "--schedules",
+                           "baseline", "--ablations", "no-graphs", "-o", str(deck)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+
+    def modelled(*extra):
+        report = tmp_path / f"m{len(extra)}.h5"
+        p = run(2, str(deck), "--mode", "model", "-o", str(report), "--quiet", *extra)
+        assert p.returncode == 6, p.stderr + p.stdout
+        out = {}
+        with h5py.File(report, "r") as f:
+            for name in f["cases/floor"].attrs["runs"]:
+                t = f["cases/floor"][name]["traced_layer"]
+                out[name] = (t.attrs["modeled_as"], float(t["modeled_stage_ms"][()][:, 6].max()))
+        return out
+
+    on, off = modelled(), modelled("--graphs", "off")
+    for t in ("nccl", "ipc"):
+        assert on[f"{t}.baseline"][0] == "graph replay", on
+        assert on[f"{t}.baseline+no-graphs"][0] == "op by op", on
+        assert off[f"{t}.baseline"][0] == "op by op", off
+        # The near-empty layer is bound by the host's calls: replayed, it is modelled shorter.
+        assert on[f"{t}.baseline"][1] < 0.9 * off[f"{t}.baseline"][1], (on, off)
+        assert abs(on[f"{t}.baseline+no-graphs"][1] - off[f"{t}.baseline"][1]) < 1e-9, (on, off)
