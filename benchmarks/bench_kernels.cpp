@@ -10,6 +10,8 @@
 //  - what runs where: each copy kind the transports use, beside a kernel that holds every
 //    SM; a copy that finishes while the kernel runs is on a copy engine, one that waits
 //    for it needs SMs;
+//  - allocation: a transport target's allocation and free (vmm, ipc) at 2-128 MiB, idle
+//    and beside a running kernel (does the call wait for the device?);
 //  - latency floor: the parts of a scatter's fixed cost (event hop between streams,
 //    stream-memory-op round trip, a small copy, and the host's cost to enqueue each);
 //  - with two GPUs or more, the peer link in the Ulysses2 scatter's shape;
@@ -128,6 +130,10 @@ struct NormCell {
   int blocks = 0, blocks_per_sm = 0, warps_per_sm = 0, regs = 0;
   double smem_kb = 0, inflight_kb_per_sm = 0;
 };
+
+// The layer's schedules that norm Q and K together do it in one launch (LayerKernels::
+// norm_rope_qk; v-first-split norms them apart): the rows " (the pick, Q+K one launch)".
+constexpr const char* kNormRopeLayerLaunch = "qk_one_launch";
 
 void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs, std::vector<Row>& rows,
                     std::vector<NormCell>& cells) {
@@ -560,6 +566,71 @@ void latency_rows(Device& dev, std::vector<Row>& rows) {
   }
 }
 
+// --- allocation: what a transport's target costs when it is not cached (the no-target-cache
+// ablation allocates and frees Q's, K's and V's targets every layer). For each size: the
+// host's time to allocate and to free, on an idle GPU and while a kernel of kBusyMs holds
+// the GPU (a call that waits for the device takes most of what is left of it), and the
+// GPU's idle gap when the next kernel is enqueued only after the call returns. vmm:
+// cuMemCreate + reserve + map + access (alloc_fd_shareable), unmap + free + release;
+// ipc: cudaMalloc of exportable memory, cudaFree.
+constexpr double kBusyMs = 5.0;
+void alloc_rows(Device& dev, std::vector<Row>& rows) {
+  if (!dev.vmm_ineligible_reason().empty())
+    std::fprintf(stderr, "bench_kernels: allocation: vmm not measured (%s)\n", dev.vmm_ineligible_reason().c_str());
+  auto a = dev.create_stream(StreamPriority::kNormal);
+  using Clock = std::chrono::steady_clock;
+  auto since_ms = [](Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
+  for (const bool vmm : {true, false}) {
+    if (vmm && !dev.vmm_ineligible_reason().empty()) continue;
+    const char* kind = vmm ? "vmm" : "ipc";
+    for (const size_t mib : {size_t(2), size_t(32), size_t(128)}) {
+      const size_t bytes = mib << 20;
+      auto make = [&] { return vmm ? dev.alloc_fd_shareable(bytes) : dev.alloc(bytes, true); };
+      { DeviceBuffer warm = make(); }  // the first call's one-time costs out of the figures
+      // Idle GPU: the median of 5 allocations and frees.
+      std::vector<double> al, fr;
+      for (int i = 0; i < 5; ++i) {
+        auto t0 = Clock::now();
+        DeviceBuffer b = make();
+        al.push_back(since_ms(t0));
+        t0 = Clock::now();
+        b.reset();
+        fr.push_back(since_ms(t0));
+      }
+      std::sort(al.begin(), al.end());
+      std::sort(fr.begin(), fr.end());
+      char shape[32];
+      std::snprintf(shape, sizeof(shape), "%zu MiB", mib);
+      rows.push_back({"alloc", std::string(kind) + " target: allocate (idle GPU)", shape, al[2], al[2] * 1e3, "us",
+                      kNoBound, "host time, median of 5"});
+      rows.push_back({"alloc", std::string(kind) + " target: free (idle GPU)", shape, fr[2], fr[2] * 1e3, "us",
+                      kNoBound, "host time, median of 5"});
+      // Beside a kernel: does the call wait for the device, and does the GPU run dry?
+      for (const bool do_free : {false, true}) {
+        DeviceBuffer b = do_free ? make() : DeviceBuffer();
+        a->synchronize();
+        auto e0 = dev.create_event(), e1 = dev.create_event();
+        launch_delay(cu(*a), kBusyMs);
+        e0->record(*a);
+        const auto t0 = Clock::now();
+        if (do_free) b.reset();
+        else b = make();
+        const double host = since_ms(t0);
+        launch_delay(cu(*a), 0.01);
+        e1->record(*a);
+        a->synchronize();
+        const double gap = dev.elapsed_ms(*e0, *e1) - 0.01;
+        rows.push_back({"alloc", std::string(kind) + " target: " + (do_free ? "free" : "allocate") + " beside a " +
+                                     std::to_string(static_cast<int>(kBusyMs)) + " ms kernel", shape, host,
+                        host * 1e3, "us", kNoBound,
+                        "host time; the GPU then idle " + std::to_string(gap).substr(0, 6) +
+                            " ms before the next kernel (a call that waits for the device: host ~" +
+                            std::to_string(static_cast<int>(kBusyMs)) + " ms)"});
+      }
+    }
+  }
+}
+
 // GPU 0 <-> GPU 1 over cudaMemcpy2DAsync, each device's copy on its own stream: one
 // direction, then both at once (what each rank of a Ulysses2 scatter does). The strided
 // source is the K/V view of a fused QKV buffer (pitch 3 rows), half of its heads.
@@ -729,6 +800,9 @@ void write_h5(const std::string& path, const std::vector<Row>& rows, const std::
     h5::Group g = f.root().create_group("bench_kernels");
     g.write_attr("device", device);
     g.write_attr("revision", ULYSSES_GIT_REV);
+    // How the layer of this code runs Q's and K's norm+RoPE (the model's profile reads the
+    // rows of that launch: lib/report/model_bench.cpp).
+    g.write_attr("norm_rope_layer_launch", std::string(kNormRopeLayerLaunch));
     std::vector<std::string> section, what, shape, unit, note;
     std::vector<double> ms, rate, of_bound;
     for (const auto& r : rows) {
@@ -767,7 +841,7 @@ int main(int argc, char** argv) {
     else if (a == "--nccl-ranks" && i + 1 < argc) nccl_ranks = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
-                   "usage: bench_kernels [-o FILE.h5] [--sections bounds,attention,norm,gemm,copies,where,latency,peer,nccl]"
+                   "usage: bench_kernels [-o FILE.h5] [--sections bounds,attention,norm,gemm,copies,where,latency,alloc,peer,nccl]"
                    " [--nccl-ranks N (0: every GPU)]\n");
       return 2;
     }
@@ -792,6 +866,7 @@ int main(int argc, char** argv) {
     if (want("copies")) copy_rows(*dev, *s, bound, rows);
     if (want("where")) where_rows(*dev, rows);
     if (want("latency")) latency_rows(*dev, rows);
+    if (want("alloc")) alloc_rows(*dev, rows);
     if (want("peer")) peer_rows(rows);
     std::vector<bench::AllToAllPoint> nccl;
     if (want("nccl")) {

@@ -9,9 +9,12 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <random>
 
 #include "tests/deck_testing.hpp"
 #include "base/error.hpp"
+#include "lib/hdf5/hdf5_file.hpp"
+#include "lib/report/model_bench.hpp"
 #include "lib/report/report.hpp"
 
 namespace fs = std::filesystem;
@@ -415,4 +418,43 @@ TEST(Report, ReplacesAnOldReportAtomically) {
   EXPECT_EQ(attr_string(f, "mode"), "gpu");
   H5Fclose(f);
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"r.h5"});
+}
+
+// The model's norm+RoPE profile is read from the rows of the launch the bench's code ran
+// in the layer: Q and K in one launch where the file says so, else (every bench of older
+// code) the dispatched kernel's two launches; fresh random rates, so that a reader taking
+// the other rows fails.
+TEST(ModelBench, NormRopeProfileReadsTheLayersLaunch) {
+  TempDir dir;
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> u(1.0, 4.0);
+  const double two = u(rng), one = two + u(rng), forced = one + u(rng);
+  for (const bool tagged : {false, true}) {
+    const std::string path = dir.file(tagged ? "one.h5" : "two.h5");
+    {
+      auto f = uipc::h5::File::create(path);
+      uipc::h5::Group g = f.root().create_group("bench_kernels");
+      g.write_attr("revision", "0123456789ab");
+      if (tagged) g.write_attr("norm_rope_layer_launch", "qk_one_launch");
+      const std::string shape = "M16896 H24 D128 bf16 fused";
+      g.write_attr("section", std::vector<std::string>(5, "norm+rope"));
+      g.write_attr("what", std::vector<std::string>{"norm+RoPE rms", "norm+RoPE rms (vector, 8 passes)",
+                                                    "norm+RoPE rms (the pick, Q+K one launch)",
+                                                    "norm+RoPE none (RoPE only)",
+                                                    "norm+RoPE none (RoPE only) (the pick, Q+K one launch)"});
+      g.write_attr("shape", std::vector<std::string>(5, shape));
+      g.write_attr("unit", std::vector<std::string>(5, "TB/s"));
+      g.write_attr("rate", std::vector<double>{two, forced, one, two / 2, one / 2});
+      f.close();
+    }
+    const auto prof = uipc::read_norm_rope_profile(path);
+    ASSERT_EQ(prof.size(), 2u) << path;
+    for (const auto& p : prof) {
+      const double want = (tagged ? one : two) * (p.norm == "none" ? 0.5 : 1.0) * 1000.0;
+      EXPECT_TRUE(p.norm == "rms" || p.norm == "none") << p.norm;
+      EXPECT_DOUBLE_EQ(p.gbs, want) << p.norm << (tagged ? " one launch" : " two launches");
+      EXPECT_EQ(p.head_dim, 128);
+      EXPECT_EQ(p.dtype, "bf16");
+    }
+  }
 }

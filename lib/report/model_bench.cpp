@@ -34,6 +34,12 @@ std::vector<model::NormRopePoint> read_norm_rope_profile(const std::string& path
     const bool hex = rev.size() >= 7 && rev.find_first_not_of("0123456789abcdef") == std::string::npos;
     revision = hex ? rev + " (from the file name)" : "revision not recorded";
   }
+  // The rows of the launch the measured code's layer ran: Q and K in one launch where the
+  // file says so (norm_rope_layer_launch = qk_one_launch: "norm+RoPE <kind> (the pick, Q+K
+  // one launch)"), else, as every bench of code before it, the dispatched kernel's two
+  // launches ("norm+RoPE <kind>").
+  const bool one_launch = g.has_attr("norm_rope_layer_launch") && g.read_string("norm_rope_layer_launch") == "qk_one_launch";
+  const std::string suffix = one_launch ? " (the pick, Q+K one launch)" : "";
   std::vector<model::NormRopePoint> out;
   for (size_t i = 0; i < section.size(); ++i) {
     if (section[i] != "norm+rope" || unit[i] != "TB/s") continue;
@@ -41,6 +47,10 @@ std::vector<model::NormRopePoint> read_norm_rope_profile(const std::string& path
     // the forced kernels' carry a parenthesis after the kind.
     model::NormRopePoint p;
     std::string kind = what[i].rfind("norm+RoPE ", 0) == 0 ? what[i].substr(10) : "";
+    if (!suffix.empty()) {
+      if (kind.size() <= suffix.size() || kind.compare(kind.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+      kind.resize(kind.size() - suffix.size());
+    }
     if (kind == "none (RoPE only)") kind = "none";
     bool known = false;
     for (const char* k : model::kNormKindNames) known = known || kind == k;
