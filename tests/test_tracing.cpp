@@ -171,4 +171,34 @@ TEST_P(Tracing, TheDecoratorDoesNotChangeTheDataAndElidedCopiesDoNotLand) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, Tracing, ::testing::Values("ipc", "vmm", "nccl"));
 
+// A free of memory from alloc() is cudaFree on a GPU, which waits for the whole device
+// (bench_kernels' alloc rows): the trace holds a host wait for every stream's last op; a
+// free of CUDA-VMM memory (alloc_fd_shareable) does not wait, and the trace holds none.
+TEST(TracingFree, ARuntimeFreeWaitsForEveryStreamAVmmFreeForNone) {
+  const int me = world_rank(), P = world_size();
+  TracingDevice dev(make_host_device(me), me, P, false);
+  auto a = dev.create_stream(StreamPriority::kNormal), b = dev.create_stream(StreamPriority::kHigh);
+  auto scratch = dev.alloc(4096);
+  dev.begin_trace(false);
+  dev.memset(*a, scratch.get(), 1, 2048);
+  dev.memset(*b, static_cast<char*>(scratch.get()) + 2048, 2, 2048);
+  const size_t before = 2;
+  { DeviceBuffer runtime = dev.alloc(1 << 20); }
+  const bool vmm = dev.vmm_ineligible_reason().empty();
+  if (vmm) { DeviceBuffer shared = dev.alloc_fd_shareable(1 << 20); }
+  a->synchronize();
+  b->synchronize();
+  model::RankTrace t = dev.end_trace();
+  ASSERT_GE(t.ops.size(), before + 2);
+  std::set<int> waited;
+  for (size_t i = before; i < before + 2; ++i) {
+    EXPECT_EQ(t.ops[i].kind, model::OpKind::kHostSync) << "op " << i;
+    waited.insert(t.ops[i].waits_for);
+  }
+  EXPECT_EQ(waited, (std::set<int>{0, 1})) << "the free waits for both streams' memsets";
+  // What follows are the two stream synchronizations only: the VMM free added no wait.
+  EXPECT_EQ(t.ops.size(), before + 2 + 2) << (vmm ? "a VMM free waited for the device" : "");
+  EXPECT_TRUE(vmm) << "the host device offers VMM memory: " << dev.vmm_ineligible_reason();
+}
+
 }  // namespace

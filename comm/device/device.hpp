@@ -74,6 +74,17 @@ class DeviceMemory {
     impl_ = nullptr;
   }
 
+  // The same memory, given back through `owner` from now on (a decorating device that
+  // wants to see it go); this one is left empty.
+  DeviceMemory rehome(Device* owner) {
+    DeviceMemory m(owner, ptr_, bytes_, impl_);
+    owner_ = nullptr;
+    ptr_ = nullptr;
+    bytes_ = 0;
+    impl_ = nullptr;
+    return m;
+  }
+
   void* get() const { return ptr_; }
   template <typename T>
   T* as() const { return static_cast<T*>(ptr_); }

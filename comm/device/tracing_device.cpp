@@ -93,7 +93,7 @@ Stream& TracingDevice::inner_stream(Stream& s) { return tracing_stream(s).inner(
 
 // --- memory identity
 
-void TracingDevice::note_region(const void* ptr, size_t bytes, uint64_t id, model::Via via) {
+void TracingDevice::note_region(const void* ptr, size_t bytes, uint64_t id, model::Via via, bool runtime_alloc) {
   if (!ptr) return;
   const auto start = reinterpret_cast<uintptr_t>(ptr);
   const uintptr_t end = start + std::max<size_t>(bytes, 1);
@@ -101,7 +101,18 @@ void TracingDevice::note_region(const void* ptr, size_t bytes, uint64_t id, mode
   auto it = regions_.lower_bound(start);
   if (it != regions_.begin() && std::prev(it)->second.end > start) --it;
   while (it != regions_.end() && it->first < end) it = regions_.erase(it);
-  regions_[start] = Region{end, id, via};
+  regions_[start] = Region{end, id, via, runtime_alloc};
+}
+
+void TracingDevice::free_buffer(void* ptr, size_t bytes, void* impl) {
+  note_host_call("a free");
+  const auto start = reinterpret_cast<uintptr_t>(ptr);
+  auto it = regions_.find(start);
+  if (it != regions_.end()) {
+    if (it->second.runtime_alloc) on_device_sync();
+    regions_.erase(it);
+  }
+  inner_->free_buffer(ptr, bytes, impl);
 }
 
 const TracingDevice::Region* TracingDevice::region_of(const void* ptr, uintptr_t* start) const {
@@ -124,14 +135,14 @@ void TracingDevice::set_export_id(const void* ptr, uint64_t id) {
 
 DeviceBuffer TracingDevice::alloc(size_t bytes, bool exportable) {
   note_host_call("an allocation");
-  DeviceBuffer b = inner_->alloc(bytes, exportable);
-  note_region(b.get(), bytes, 0, model::Via::kLocal);
+  DeviceBuffer b = inner_->alloc(bytes, exportable).rehome(this);  // its free comes through here
+  note_region(b.get(), bytes, 0, model::Via::kLocal, true);
   return b;
 }
 
 DeviceBuffer TracingDevice::alloc_fd_shareable(size_t bytes) {
   note_host_call("an allocation");
-  DeviceBuffer b = inner_->alloc_fd_shareable(bytes);
+  DeviceBuffer b = inner_->alloc_fd_shareable(bytes).rehome(this);
   note_region(b.get(), bytes, 0, model::Via::kLocal);
   return b;
 }
@@ -237,6 +248,16 @@ void TracingDevice::on_event_sync(int last_op, uint64_t generation) {
   op.kind = model::OpKind::kHostSync;
   op.waits_for = generation == generation_ ? last_op : model::kNoOp;
   append(nullptr, op);
+}
+
+void TracingDevice::on_device_sync() {
+  for (int last : last_op_of_stream_) {
+    if (last == model::kNoOp) continue;
+    model::Op op;
+    op.kind = model::OpKind::kHostSync;
+    op.waits_for = last;
+    append(nullptr, op);
+  }
 }
 
 void TracingDevice::on_stream_sync(int stream_index) {

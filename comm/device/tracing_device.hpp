@@ -144,11 +144,11 @@ class TracingDevice final : public Device {
     Device::set_watchdog_seconds(s);
     inner_->set_watchdog_seconds(s);
   }
-  // Memory is made by the wrapped device and goes back to it directly.
-  void free_buffer(void* ptr, size_t bytes, void* impl) override {
-    note_host_call("a free");
-    inner_->free_buffer(ptr, bytes, impl);
-  }
+  // Memory is made by the wrapped device and goes back to it through here. A free of memory
+  // from alloc() is, on a GPU, cudaFree: it waits for the whole device (bench_kernels'
+  // alloc rows: the host takes the rest of a running 5 ms kernel); the trace says so.
+  // Memory from alloc_fd_shareable (CUDA VMM) frees without waiting.
+  void free_buffer(void* ptr, size_t bytes, void* impl) override;
   void close_mapping(void* ptr, size_t bytes, void* impl) override {
     note_host_call("the closing of a mapping");
     inner_->close_mapping(ptr, bytes, impl);
@@ -166,8 +166,10 @@ class TracingDevice final : public Device {
     uintptr_t end = 0;
     uint64_t id = 0;  // 0: private memory of this rank
     model::Via via = model::Via::kLocal;
+    bool runtime_alloc = false;  // from alloc(): its free waits for the device
   };
-  void note_region(const void* ptr, size_t bytes, uint64_t id, model::Via via);
+  void note_region(const void* ptr, size_t bytes, uint64_t id, model::Via via, bool runtime_alloc = false);
+  void on_device_sync();  // the host waits for every stream's last op
   const Region* region_of(const void* ptr, uintptr_t* start) const;
   void set_export_id(const void* ptr, uint64_t id);
   int append(Stream* s, model::Op op);  // returns the op's index, -1 when not recording
