@@ -50,6 +50,8 @@ struct Options {
   std::vector<std::string> bench_args;                       // MEASURED=BENCH.h5
   std::map<std::string, std::string> bench;                  // measured report -> its code's bench_kernels file
   std::string rates;  // a bench_kernels file whose norm+RoPE profile becomes the machine's
+  std::vector<std::string> group_args;                       // MEASURED=NAME
+  std::map<std::string, std::string> group;                  // measured report -> the group left out with it
 };
 
 // The three subcommands share their options: each declared once here.
@@ -92,6 +94,11 @@ void declare(CLI::App& app, Options& o) {
                   "a bench_kernels -o file of the current code: its norm+RoPE profile becomes the machine's "
                   "(and the fitted file's)")
         ->type_name("BENCH.h5");
+    c->add_option("--group", o.group_args,
+                  "loo: leave this measured report out together with every other of the same NAME (reports of "
+                  "one deck on one machine, measured at different code: each would all but predict the other); "
+                  "calibrate and validate ignore it (repeatable)")
+        ->type_name("MEASURED=NAME");
     if (std::string(sub.name) == "calibrate") {
       c->add_option("--without", o.without, "leave this measured report out of the fit (repeatable)")
           ->type_name("MEASURED");
@@ -159,6 +166,16 @@ Options parse(int argc, char** argv, std::string* text) {
     for (const auto& p : o.pairs) found = found || p.first == mpath;
     if (!found) throw InputError("model " + o.command + ": --bench " + mpath + ": not a measured report of any --pair");
     o.bench[mpath] = v.substr(eq + 1);
+  }
+  for (const std::string& v : o.group_args) {
+    const size_t eq = v.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
+      throw InputError("model " + o.command + ": --group '" + v + "' is not MEASURED=NAME");
+    const std::string mpath = v.substr(0, eq);
+    bool found = false;
+    for (const auto& p : o.pairs) found = found || p.first == mpath;
+    if (!found) throw InputError("model " + o.command + ": --group " + mpath + ": not a measured report of any --pair");
+    o.group[mpath] = v.substr(eq + 1);
   }
   for (const auto& w : o.without) {
     bool found = false;
@@ -560,17 +577,26 @@ int model_command(int argc, char** argv) {
     return 0;
   }
 
-  // loo: each measured report predicted by a machine fitted to the others.
-  std::vector<std::string> reports;
+  // loo: each measured report (with the others of its --group) predicted by a machine fitted
+  // to the rest.
+  std::vector<std::string> groups;  // in the order of the pairs
+  auto group_of = [&](const std::string& report) {
+    const auto g = o.group.find(report);
+    return g == o.group.end() ? report : "group " + g->second;
+  };
   for (const auto& p : o.pairs)
-    if (std::find(reports.begin(), reports.end(), p.first) == reports.end()) reports.push_back(p.first);
-  if (reports.size() < 2) throw InputError("model loo: needs at least two measured reports");
-  for (const std::string& left_out : reports) {
-    model::FitResult fit = model::calibrate(replays(joined, {left_out}), base, kNumStages, "all but " + base_name(left_out));
-    std::fprintf(stderr, "loo: without %s: rms log error %.4f on the others (%d replays)\n", base_name(left_out).c_str(),
+    if (std::find(groups.begin(), groups.end(), group_of(p.first)) == groups.end()) groups.push_back(group_of(p.first));
+  if (groups.size() < 2) throw InputError("model loo: needs at least two measured reports (or groups)");
+  for (const std::string& g : groups) {
+    std::set<std::string> left_out;
+    std::string names;
+    for (const auto& p : o.pairs)
+      if (group_of(p.first) == g && left_out.insert(p.first).second) names += (names.empty() ? "" : " + ") + base_name(p.first);
+    model::FitResult fit = model::calibrate(replays(joined, left_out), base, kNumStages, "all but " + names);
+    std::fprintf(stderr, "loo: without %s: rms log error %.4f on the others (%d replays)\n", names.c_str(),
                  std::sqrt(fit.objective), fit.evaluations);
     for (const Joined& j : joined)
-      if (j.measured_report == left_out)
+      if (left_out.count(j.measured_report))
         rows.push_back({base_name(j.measured_report), j.case_name, j.run_name, j.replay.measured,
                         model::modeled_stages(j.replay, fit.machine, kNumStages)});
   }

@@ -3,7 +3,7 @@
 #  1. --mode model traces of every stored GPU report's cases (scripts/model_traces.sh),
 #     paired with their reports, benches and protocols by scripts/model_pairs.sh;
 #  2. h200-nvlink.json = the prior (h200-nvlink-prior.json) fitted to every stored report,
-#     with the current code's norm+RoPE profile (docs/measured/2026-12-01-h200-kernels22/bench_kernels-e8c2632.h5, code e8c2632) as its own;
+#     with the current code's norm+RoPE profile (docs/measured/2026-12-02-h200-head/bench_kernels-6e0f353.h5, code 6e0f353) as its own;
 #  3. leave-one-out: for each report, the prior fitted to the others predicts it.
 # Prints the leave-one-out table (markdown) on stdout, ending with the per-report-and-stage
 # table and the summary line; writes the fitted machine only with --write (then re-derives
@@ -23,10 +23,10 @@ m = json.load(open(sys.argv[1]))
 m["name"] = "h200-nvlink"
 m["description"] = ("One node of NVIDIA H200 SXM GPUs joined by NVLink 4 (NV18 between the measured pair; an 8-GPU "
                     "HGX node reaches every peer through NVSwitch at the same per-GPU rate). Rates from bench_kernels "
-                    "(norm+RoPE: the current code's profile, docs/measured/2026-12-01-h200-kernels22/bench_kernels-e8c2632.h5, code e8c2632) "
+                    "(norm+RoPE: the current code's profile, docs/measured/2026-12-02-h200-head/bench_kernels-6e0f353.h5, code 6e0f353) "
                     "and the GPU notes; NCCL's ceilings from public measurements; fixed costs and shares fitted, inside "
                     "their physical ranges, to every stored GPU report (two H200s of 2026-11-29, one H200 of "
-                    "2026-12-01) by scripts/model_loo.sh --write (docs/model.md).")
+                    "2026-12-01 and 2026-12-02) by scripts/model_loo.sh --write (docs/model.md).")
 json.dump(m, open(sys.argv[2], "w"), indent=2)
 open(sys.argv[2], "a").write("\n")
 PY

@@ -7,7 +7,7 @@
 M2=docs/measured/2026-11-29-h200x2
 M1=docs/measured/2026-12-01-h200
 # shellcheck disable=SC2034  # read by the scripts that source this file
-RATES=docs/measured/2026-12-01-h200-kernels22/bench_kernels-e8c2632.h5
+RATES=docs/measured/2026-12-02-h200-head/bench_kernels-6e0f353.h5
 PAIRS=()
 for r in multi-flux-dev-1024-np2 multi-flux-dev-2048-np2 multi-hunyuanvideo-720p-np2 latency-floor/floor-np2; do
   PAIRS+=(--pair "$M2/$r.h5=$T/${r#latency-floor/}.h5" --bench "$M2/$r.h5=$M2/bench_kernels.h5"
@@ -15,4 +15,13 @@ for r in multi-flux-dev-1024-np2 multi-flux-dev-2048-np2 multi-hunyuanvideo-720p
 done
 for r in flux-2048-u1-ablations floor-u1; do
   PAIRS+=(--pair "$M1/$r.h5=$T/$r.h5" --bench "$M1/$r.h5=$M1/bench_kernels.h5")
+done
+# The same two decks on one H200 at the current code (6e0f353: Q and K normed in one launch,
+# layers replayed as CUDA graphs), with that code's bench.
+# Leave-one-out leaves each out with its 2026-12-01 sibling (--group): one deck on one
+# machine, the one all but predicting the other.
+M3=docs/measured/2026-12-02-h200-head
+for r in flux-2048-u1-ablations floor-u1; do
+  PAIRS+=(--pair "$M3/$r-6e0f353.h5=$T/$r.h5" --bench "$M3/$r-6e0f353.h5=$M3/bench_kernels-6e0f353.h5"
+          --group "$M1/$r.h5=$r-h200" --group "$M3/$r-6e0f353.h5=$r-h200")
 done

@@ -4,6 +4,7 @@ reports modelled figures only, never claims parity and exits 5; --machine picks 
 machine (and a bad one is one clear error); `ulysses-ipc model` replays stored traces
 against the stored two-H200 reports and fits a machine to them."""
 import json
+import shutil
 import subprocess
 import time
 
@@ -154,6 +155,20 @@ def test_model_tools_replay_and_fit_against_a_stored_gpu_report(app, run, tmp_pa
     assert bad.returncode == 2 and "--mode model" in bad.stderr
     none = subprocess.run([app, "model", "loo"], capture_output=True, text=True)
     assert none.returncode == 2 and "--pair" in none.stderr
+    # Leave-one-out by group: a copy of the report (a sibling: the same deck on the same
+    # machine) is left out with it when they share a --group, else each predicts the other.
+    twin = tmp_path / "floor-twin.h5"
+    shutil.copy(FLOOR, twin)
+    two = ["--machine", str(start), "--pair", pair, "--pair", f"{twin}={traces}"]
+    apart = subprocess.run([app, "model", "loo", *two], capture_output=True, text=True, timeout=600)
+    assert apart.returncode == 0, apart.stderr
+    assert "without floor-np2.h5:" in apart.stderr and "without floor-twin.h5:" in apart.stderr
+    together = subprocess.run([app, "model", "loo", *two, "--group", f"{FLOOR}=floor", "--group", f"{twin}=floor"],
+                              capture_output=True, text=True)
+    assert together.returncode == 2 and "two measured reports (or groups)" in together.stderr
+    stray = subprocess.run([app, "model", "loo", *two, "--group", f"{tmp_path / 'none.h5'}=floor"],
+                           capture_output=True, text=True)
+    assert stray.returncode == 2 and "--group" in stray.stderr and "not a measured report" in stray.stderr
 
 
 def test_each_report_is_replayed_with_its_own_codes_norm_rope_rate(app, run, tmp_path):
