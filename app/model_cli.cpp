@@ -157,26 +157,23 @@ Options parse(int argc, char** argv, std::string* text) {
     }
     o.ablation[key] = eq == std::string::npos ? v : v.substr(eq + 1);
   }
-  for (const std::string& v : o.bench_args) {
-    const size_t eq = v.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
-      throw InputError("model " + o.command + ": --bench '" + v + "' is not MEASURED=BENCH.h5");
-    const std::string mpath = v.substr(0, eq);
-    bool found = false;
-    for (const auto& p : o.pairs) found = found || p.first == mpath;
-    if (!found) throw InputError("model " + o.command + ": --bench " + mpath + ": not a measured report of any --pair");
-    o.bench[mpath] = v.substr(eq + 1);
-  }
-  for (const std::string& v : o.group_args) {
-    const size_t eq = v.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
-      throw InputError("model " + o.command + ": --group '" + v + "' is not MEASURED=NAME");
-    const std::string mpath = v.substr(0, eq);
-    bool found = false;
-    for (const auto& p : o.pairs) found = found || p.first == mpath;
-    if (!found) throw InputError("model " + o.command + ": --group " + mpath + ": not a measured report of any --pair");
-    o.group[mpath] = v.substr(eq + 1);
-  }
+  // --bench and --group: MEASURED=VALUE, MEASURED one of the pairs' measured reports.
+  auto per_report = [&](const std::vector<std::string>& args, const char* option, const char* value,
+                        std::map<std::string, std::string>& into) {
+    for (const std::string& v : args) {
+      const size_t eq = v.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
+        throw InputError("model " + o.command + ": " + option + " '" + v + "' is not MEASURED=" + value);
+      const std::string mpath = v.substr(0, eq);
+      bool found = false;
+      for (const auto& p : o.pairs) found = found || p.first == mpath;
+      if (!found)
+        throw InputError("model " + o.command + ": " + option + " " + mpath + ": not a measured report of any --pair");
+      into[mpath] = v.substr(eq + 1);
+    }
+  };
+  per_report(o.bench_args, "--bench", "BENCH.h5", o.bench);
+  per_report(o.group_args, "--group", "NAME", o.group);
   for (const auto& w : o.without) {
     bool found = false;
     for (const auto& p : o.pairs) found = found || p.first == w;
