@@ -154,6 +154,13 @@ void write_run(const h5::Group& cg, const RunResult& r) {
     he.write_attr("units", "ms");
     he.write_attr("dims", std::vector<std::string>{"repeat", "iteration"});
   }
+  if (!r.graph_replayed.empty()) {
+    UIPC_CHECK(r.graph_replayed.size() == static_cast<size_t>(r.repeats) * static_cast<size_t>(r.iterations),
+               "graph_replayed does not hold one value per timed layer");
+    h5::Dataset gr = g.write_dataset("graph_replayed", {r.repeats, r.iterations}, r.graph_replayed.data());
+    gr.write_attr("dims", std::vector<std::string>{"repeat", "iteration"});
+    gr.write_attr("description", "1: rank 0's timed layer was a replayed graph; 0: issued op by op (watched, captured or fallen back)");
+  }
   g.write_attr("timed_wall_start_s", r.timed_wall_start_s);
   g.write_attr("timed_wall_end_s", r.timed_wall_end_s);
   g.write_attr("scatter_bytes_per_rank", r.scatter_bytes_per_rank);

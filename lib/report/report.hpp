@@ -71,6 +71,9 @@ struct RunResult {
   // [repeat][iteration]: rank 0's host milliseconds to enqueue each timed layer (op by
   // op: every call; replayed: the layer's host logic and one launch).
   std::vector<double> host_enqueue_ms;
+  // [repeat][iteration]: 1 where rank 0's timed layer was a replayed graph, else 0 (a
+  // short run's medians may be of layers watched or captured, not replayed).
+  std::vector<int64_t> graph_replayed;
   // Rank 0's wall clock (Unix seconds) when the repeats began and when the last timed
   // layer ended, so that samples taken beside the run (scripts/soak.sh) can be placed
   // on the timed layers; NaN when nothing was timed (--mode model).

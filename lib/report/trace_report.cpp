@@ -183,7 +183,16 @@ std::vector<StoredRun> read_report_runs(const std::string& path) {
       s.dtype = cg.read_string("dtype");
       s.qk_norm = cg.read_string("qk_norm");
       s.median_ms = rg.read_double_list("median_ms");
-      s.graph_replay = rg.has_attr("graph_replays") && rg.read_int("graph_replays") > 0;
+      // Modelled as a graph replay where most timed layers were replayed (so is their median);
+      // reports from before the per-layer flags: where any layer was.
+      if (rg.has_link("graph_replayed")) {
+        const std::vector<int64_t> flags = rg.read_int64s("graph_replayed");
+        int64_t replayed = 0;
+        for (int64_t f : flags) replayed += f != 0;
+        s.graph_replay = 2 * replayed > static_cast<int64_t>(flags.size());
+      } else {
+        s.graph_replay = rg.has_attr("graph_replays") && rg.read_int("graph_replays") > 0;
+      }
       if (static_cast<int>(s.median_ms.size()) != kNumStages)
         throw InputError(path + ": case '" + cname + "' run '" + rname + "': median_ms has " +
                          std::to_string(s.median_ms.size()) + " values, expected " + std::to_string(kNumStages));

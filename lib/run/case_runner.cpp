@@ -298,6 +298,7 @@ void time_step(RunInProgress& run, int rep, int t) {
     set_activity("starting a timed layer");
     run.layer.enqueue_layer();
     run.rr.host_enqueue_ms.push_back(run.layer.last_enqueue_ms());
+    run.rr.graph_replayed.push_back(run.layer.last_replayed() ? 1 : 0);
     dr.compute.synchronize();
     run.oc.progress.layer_done();
     times.push_back(run.pipe.last_timing());

@@ -23,6 +23,7 @@ GraphedLayer::GraphedLayer(TracingDevice& dev, LayerPipeline& pipe, Stream& comp
 
 void GraphedLayer::enqueue_layer() {
   const auto t0 = std::chrono::steady_clock::now();
+  last_replayed_ = false;
   if (!why_not_.empty()) {
     pipe_.enqueue_layer();
   } else {
@@ -67,6 +68,7 @@ void GraphedLayer::replay() {
   std::string why;
   if (dev_.end_replay(compute_, &why)) {
     ++stats_.replays;
+    last_replayed_ = true;
     return;
   }
   ++stats_.divergences;

@@ -33,6 +33,9 @@ class GraphedLayer {
   void enqueue_layer();
   // The host's wall time of the last enqueue_layer(), milliseconds.
   double last_enqueue_ms() const { return last_enqueue_ms_; }
+  // Whether the last enqueue_layer() was a replayed graph (not watched, captured or
+  // fallen back to op by op).
+  bool last_replayed() const { return last_replayed_; }
   // "on", or "off: <why>".
   std::string mode() const { return why_not_.empty() ? "on" : "off: " + why_not_; }
   const GraphStats& stats() const { return stats_; }
@@ -51,6 +54,7 @@ class GraphedLayer {
   CapturedLayer captured_;
   GraphStats stats_;
   double last_enqueue_ms_ = 0;
+  bool last_replayed_ = false;
 };
 
 }  // namespace uipc

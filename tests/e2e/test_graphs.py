@@ -61,6 +61,12 @@ def test_replayed_layers_are_the_op_by_op_layers(run, tmp_path, graph_deck, np_)
         g = c["ipc.v-first"]
         he = g["host_enqueue_ms"][()]
         assert he.shape == (g.attrs["repeats"], g.attrs["iterations"]) and np.all(he > 0), he
+        # Which timed layers were replays: all but the first (the run's third layer, captured).
+        flags = g["graph_replayed"][()]
+        want = np.ones(he.shape, dtype=flags.dtype)
+        want[0, 0] = 0
+        assert np.array_equal(flags, want), flags
+        assert not c["ipc.v-first+no-graphs"]["graph_replayed"][()].any()
         # The traced layer is modelled as its run's layers ran (docs/model.md).
         assert g["traced_layer"].attrs["modeled_as"] == "graph replay"
         assert c["ipc.v-first+no-graphs"]["traced_layer"].attrs["modeled_as"] == "op by op"

@@ -292,3 +292,29 @@ def test_model_mode_models_a_layer_as_a_graph_replay_where_the_gpu_run_would_rep
         # The near-empty layer is bound by the host's calls: replayed, it is modelled shorter.
         assert on[f"{t}.baseline"][1] < 0.9 * off[f"{t}.baseline"][1], (on, off)
         assert abs(on[f"{t}.baseline+no-graphs"][1] - off[f"{t}.baseline"][1]) < 1e-9, (on, off)
+
+
+def test_a_measured_run_is_modelled_as_most_of_its_timed_layers_ran(app, run, tmp_path):
+    """A short run replays few of its timed layers as graphs (the first are watched and
+    captured): its medians are of op-by-op layers, and validate models them so
+    (graph_replayed, per timed layer); where most were replayed, as a replay."""
+    src = REPO / "docs" / "measured" / "2026-12-02-h200-normqk" / "default-np1-89d5171.h5"
+    traces = tmp_path / "default-model.h5"
+    p = run(1, str(REPO / "inputs" / "default.h5"), "--mode", "model", "-o", str(traces), "--quiet")
+    assert p.returncode == 6, p.stderr
+
+    def modelled(flags):
+        rep = tmp_path / ("m" + "".join(map(str, flags)) + ".h5")
+        shutil.copy(src, rep)
+        with h5py.File(rep, "r+") as f:
+            for c in f["cases"].values():
+                for g in c.values():
+                    if isinstance(g, h5py.Group) and "graph_replays" in g.attrs:
+                        g.create_dataset("graph_replayed", data=np.array([flags], dtype=np.int64))
+        v = subprocess.run([app, "model", "validate", "--pair", f"{rep}={traces}", "--markdown"],
+                           capture_output=True, text=True, timeout=120)
+        assert v.returncode == 0, v.stderr
+        row = next(r for r in v.stdout.splitlines() if "| small-bf16 | nccl.baseline |" in r)
+        return float(row.split("|")[4].split("/")[1])
+    op_by_op, replayed = modelled([0, 0, 1]), modelled([1, 1, 1])
+    assert op_by_op > 1.1 * replayed, (op_by_op, replayed)
