@@ -144,7 +144,9 @@ class _Namer:
                 if kk == "gemm":
                     out.append(gemm_names.get(i, "output projection GEMM" if i > attention else "GEMM"))
                 elif kk == "norm_rope":
-                    which = " " + "QK"[norms.index(i)] if len(norms) == 2 and i in norms else ""
+                    # Q's then K's, or both in one launch (the schedules that norm them together).
+                    which = (" " + "QK"[norms.index(i)] if len(norms) == 2 and i in norms
+                             else " Q+K" if len(norms) == 1 and i in norms else "")
                     out.append(f"norm+RoPE{which}")
                 elif kk == "convert":
                     out.append("convert (dtype)")
