@@ -257,6 +257,11 @@ void remove_partial_report() noexcept {
   if (g_partial_active.load()) ::unlink(g_partial_path);
 }
 
+bool mostly_replayed(const std::vector<int64_t>& graph_replayed) {
+  const auto replayed = std::count_if(graph_replayed.begin(), graph_replayed.end(), [](int64_t f) { return f != 0; });
+  return 2 * static_cast<size_t>(replayed) > graph_replayed.size();
+}
+
 double percentile(std::vector<double> ms, double p) {
   UIPC_CHECK(p >= 0 && p <= 100, "percentile: p = " + std::to_string(p) + " is outside [0, 100]");
   if (ms.empty()) return std::numeric_limits<double>::quiet_NaN();

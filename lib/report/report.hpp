@@ -143,4 +143,8 @@ void remove_partial_report() noexcept;
 // Summary statistics of `ms` (p in [0, 100], linear interpolation between order stats).
 double percentile(std::vector<double> ms, double p);
 
+// Whether a run's medians are of replayed graphs: most of its timed layers were replayed
+// (RunResult::graph_replayed). How its layer is modelled, by the run and by `model`.
+bool mostly_replayed(const std::vector<int64_t>& graph_replayed);
+
 }  // namespace uipc

@@ -186,10 +186,7 @@ std::vector<StoredRun> read_report_runs(const std::string& path) {
       // Modelled as a graph replay where most timed layers were replayed (so is their median);
       // reports from before the per-layer flags: where any layer was.
       if (rg.has_link("graph_replayed")) {
-        const std::vector<int64_t> flags = rg.read_int64s("graph_replayed");
-        int64_t replayed = 0;
-        for (int64_t f : flags) replayed += f != 0;
-        s.graph_replay = 2 * replayed > static_cast<int64_t>(flags.size());
+        s.graph_replay = mostly_replayed(rg.read_int64s("graph_replayed"));
       } else {
         s.graph_replay = rg.has_attr("graph_replays") && rg.read_int("graph_replays") > 0;
       }

@@ -388,9 +388,11 @@ void trace_layer(RunInProgress& run, const std::string& tname, const std::string
   ts.watchdog_s = run.oc.wd;
   ts.barrier_label = "the start of the traced layer of " + tname + "/" + run_label;
   ts.spin_s = run.align_spin_s;
-  // Modelled as the timed layers ran: replayed as graphs when they were (or, in --mode
-  // model, when the GPU run would replay them), else op by op.
-  ts.issue = run.layer.stats().replays > 0 || run.modeled_as_replay ? model::Issue::kGraphReplay : model::Issue::kOpByOp;
+  // Modelled as the timed layers' median ran: replayed as graphs when most of them were (or,
+  // in --mode model, when the GPU run would replay them), else op by op; the rule `model
+  // validate` applies to the stored report.
+  ts.issue = mostly_replayed(run.rr.graph_replayed) || run.modeled_as_replay ? model::Issue::kGraphReplay
+                                                                              : model::Issue::kOpByOp;
   run_traced_layer(*dr.be.tracer, run.pipe, dr.compute, ts, model_mode, rr);
   if (!rr.machine.empty()) rr.modeled_as = ts.issue == model::Issue::kGraphReplay ? "graph replay" : "op by op";
   if (rr.machine.empty() && rr.model_note.empty()) rr.model_note = dr.machine_note;
