@@ -43,6 +43,7 @@
 #include "kernels/cuda_kernels.hpp"
 #include "git_rev.h"
 #include "lib/hdf5/hdf5_file.hpp"
+#include "lib/report/model_bench.hpp"
 
 namespace {
 
@@ -131,10 +132,6 @@ struct NormCell {
   double smem_kb = 0, inflight_kb_per_sm = 0;
 };
 
-// The layer's schedules that norm Q and K together do it in one launch (LayerKernels::
-// norm_rope_qk; v-first-split norms them apart): the rows " (the pick, Q+K one launch)".
-constexpr const char* kNormRopeLayerLaunch = "qk_one_launch";
-
 void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs, std::vector<Row>& rows,
                     std::vector<NormCell>& cells) {
   const int64_t M = 16384 + 512;  // FLUX.1-dev 2048 tokens
@@ -218,7 +215,7 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       const char* variant[kVariants] = {"", " (general kernel)", " (vector, 8 passes)", " (vector, 12 passes)",
                                         " (vector, pipelined 4)", " (vector, pipelined 6)", " (vector, pipelined 8)",
                                         " (vector, staged 4)", " (vector, staged 8)", " (vector, pipelined rows)",
-                                        " (vector, block rows)", " (the pick, Q+K one launch)"};
+                                        " (vector, block rows)", kNormRopeQkRowSuffix};
       NormRopeLaunchInfo qk_info;
       NormRopeLaunchInfo info;
       for (int w = 0; w < kVariants; ++w) {
@@ -800,9 +797,9 @@ void write_h5(const std::string& path, const std::vector<Row>& rows, const std::
     h5::Group g = f.root().create_group("bench_kernels");
     g.write_attr("device", device);
     g.write_attr("revision", ULYSSES_GIT_REV);
-    // How the layer of this code runs Q's and K's norm+RoPE (the model's profile reads the
-    // rows of that launch: lib/report/model_bench.cpp).
-    g.write_attr("norm_rope_layer_launch", std::string(kNormRopeLayerLaunch));
+    // The layer's schedules that norm Q and K together do it in one launch (LayerKernels::
+    // norm_rope_qk; v-first-split norms them apart): the model's profile reads those rows.
+    g.write_attr(kNormRopeLayerLaunchAttr, kNormRopeQkOneLaunch);
     std::vector<std::string> section, what, shape, unit, note;
     std::vector<double> ms, rate, of_bound;
     for (const auto& r : rows) {

@@ -38,8 +38,9 @@ std::vector<model::NormRopePoint> read_norm_rope_profile(const std::string& path
   // file says so (norm_rope_layer_launch = qk_one_launch: "norm+RoPE <kind> (the pick, Q+K
   // one launch)"), else, as every bench of code before it, the dispatched kernel's two
   // launches ("norm+RoPE <kind>").
-  const bool one_launch = g.has_attr("norm_rope_layer_launch") && g.read_string("norm_rope_layer_launch") == "qk_one_launch";
-  const std::string suffix = one_launch ? " (the pick, Q+K one launch)" : "";
+  const bool one_launch =
+      g.has_attr(kNormRopeLayerLaunchAttr) && g.read_string(kNormRopeLayerLaunchAttr) == kNormRopeQkOneLaunch;
+  const std::string suffix = one_launch ? kNormRopeQkRowSuffix : "";
   std::vector<model::NormRopePoint> out;
   for (size_t i = 0; i < section.size(); ++i) {
     if (section[i] != "norm+rope" || unit[i] != "TB/s") continue;
