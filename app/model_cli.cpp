@@ -49,7 +49,7 @@ struct Options {
   std::vector<std::string> op_runs;              // `model ops`: CASE/RUN names (all when empty)
   std::vector<std::string> bench_args;                       // MEASURED=BENCH.h5
   std::map<std::string, std::string> bench;                  // measured report -> its code's bench_kernels file
-  std::string rates;  // a bench_kernels file whose norm+RoPE profile becomes the machine's
+  std::vector<std::string> rates;  // bench_kernels files whose profiles (norm+RoPE, GEMM) become the machine's
   std::vector<std::string> group_args;                       // MEASURED=NAME
   std::map<std::string, std::string> group;                  // measured report -> the group left out with it
 };
@@ -91,8 +91,8 @@ void declare(CLI::App& app, Options& o) {
                   "machine's in that report's replays (repeatable)")
         ->type_name("MEASURED=BENCH.h5");
     c->add_option("--rates", o.rates,
-                  "a bench_kernels -o file of the current code: its norm+RoPE profile becomes the machine's "
-                  "(and the fitted file's)")
+                  "a bench_kernels -o file of the current code: the profiles it holds (norm+RoPE, GEMM by shape) "
+                  "become the machine's (and the fitted file's); repeatable, one file a profile")
         ->type_name("BENCH.h5");
     c->add_option("--group", o.group_args,
                   "loo: leave this measured report out together with every other of the same NAME (reports of "
@@ -116,14 +116,14 @@ void declare(CLI::App& app, Options& o) {
   CLI::App* pr = app.add_subcommand(
       "predict", "Replay --mode model reports on the machine, with each run's most sensitive parameter (JSON; MODELLED).");
   pr->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
-  pr->add_option("--rates", o.rates, "a bench_kernels -o file: its norm+RoPE profile becomes the machine's")
+  pr->add_option("--rates", o.rates, "a bench_kernels -o file: its profiles (norm+RoPE, GEMM by shape) become the machine's; repeatable")
       ->type_name("BENCH.h5");
   pr->add_option("reports", o.predict_reports, "--mode model reports")->required()->type_name("REPORT.h5");
   pr->add_option("-o,--output", o.output, "the JSON to write")->required()->type_name("OUT.json");
   CLI::App* op = app.add_subcommand(
       "ops", "Op by op: a GPU report's traced layers, measured (events around each op) against their replay (MODELLED).");
   op->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
-  op->add_option("--rates", o.rates, "a bench_kernels -o file: its norm+RoPE profile becomes the machine's")
+  op->add_option("--rates", o.rates, "a bench_kernels -o file: its profiles (norm+RoPE, GEMM by shape) become the machine's; repeatable")
       ->type_name("BENCH.h5");
   op->add_option("--run", o.op_runs, "only this run (CASE/RUN; repeatable)")->type_name("CASE/RUN");
   op->add_option("reports", o.predict_reports, "--mode gpu reports with measured traced layers")
@@ -537,7 +537,11 @@ int model_command(int argc, char** argv) {
     return 0;
   }
   model::Machine base = model::load_machine(model::machine_path(o.machine));
-  if (!o.rates.empty()) base.norm_rope = read_norm_rope_profile(o.rates);
+  if (!o.rates.empty()) {
+    BenchRates rates = read_bench_rates(o.rates);
+    if (!rates.norm_rope.empty()) base.norm_rope = std::move(rates.norm_rope);
+    if (!rates.gemm.empty()) base.gemm = std::move(rates.gemm);
+  }
   if (o.command == "nccl") return print_modeled_alltoall(base, o.nccl_ranks, o.markdown);
   if (o.command == "kernel") return print_modeled_kernels(base, o.gemms, o.attentions);
   if (o.command == "predict") return model_predict(o.predict_reports, base, o.output);

@@ -6,6 +6,8 @@
 //  - norm+RoPE: every norm kind, head_dim 64/72/128, bf16/fp16/fp32, fused and separate
 //    views, the vector kernel against the copy bound (and the general kernel beside it);
 //  - GEMM: the QKV projection, whole and split by columns as the own-slice schedules split it;
+//  - GEMM by shape (gemm_shapes): every (K, N) of the shipped decks' layers, M 256..131072
+//    (the machine model's GEMM profile);
 //  - copies: the strided V view;
 //  - what runs where: each copy kind the transports use, beside a kernel that holds every
 //    SM; a copy that finishes while the kernel runs is on a copy engine, one that waits
@@ -344,6 +346,63 @@ void gemm_rows(Device& dev, Stream& s, LayerKernels& kern, std::vector<Row>& row
   });
   rows.push_back({"gemm", "V columns first, then Q and K (v-project-first)", "M8448 K3072 N9216 bf16", vq,
                   flops / vq * 1e-9, "TFLOP/s", whole / vq, "2 GEMMs; of_bound = one GEMM's time / this"});
+}
+
+// --- GEMM by shape: the model's GEMM profile (lib/report/model_bench.hpp reads these
+// rows). Each hidden size of the shipped decks (PixArt 1152, SD3 and Wan 1.3B 1536, FLUX,
+// HunyuanVideo and CogVideoX 3072, Wan 14B 5120) with the (K, N) its layer's GEMMs take:
+// the fused QKV projection (h -> 3h), one of separate Q/K/V or the output projection
+// (h -> h), the same under TP2 (h -> 3h/2, h -> h/2, h/2 -> h); M (tokens on a rank) in
+// powers of two from 256 to 131072 (HunyuanVideo 720p at Ulysses1: 119056), plus FLUX's
+// 4608 and 16896. bf16 in and out, random values, the layer's cuBLASLt call.
+void gemm_shape_rows(Device& dev, Stream& s, LayerKernels& kern, std::vector<Row>& rows) {
+  std::vector<int64_t> ms;
+  for (int64_t m = 256; m <= 131072; m *= 2) ms.push_back(m);
+  ms.push_back(4608);
+  ms.push_back(16896);
+  std::sort(ms.begin(), ms.end());
+  struct KN {
+    int64_t k, n;
+  };
+  std::vector<KN> kns;
+  for (int64_t h : {1152, 1536, 3072, 5120})
+    for (KN kn : {KN{h, 3 * h}, KN{h, h}, KN{h, 3 * h / 2}, KN{h, h / 2}, KN{h / 2, h}}) kns.push_back(kn);
+  int64_t max_a = 0, max_w = 0, max_o = 0;
+  for (const KN& kn : kns) {
+    max_a = std::max(max_a, ms.back() * kn.k);
+    max_w = std::max(max_w, kn.k * kn.n);
+    max_o = std::max(max_o, ms.back() * kn.n);
+  }
+  // Random values: one block made on the host, tiled on the device.
+  const int64_t block = int64_t{1} << 24;
+  auto rnd = random_buffer(dev, s, kern, static_cast<size_t>(block), DType::kBF16, 7);
+  auto tile = [&](int64_t n) {
+    auto b = dev.alloc(static_cast<size_t>(n) * 2);
+    for (int64_t off = 0; off < n; off += block) {
+      const int64_t len = std::min(block, n - off);
+      dev.copy_2d(s, static_cast<unsigned char*>(b.get()) + off * 2, static_cast<size_t>(len) * 2, rnd.get(),
+                  static_cast<size_t>(len) * 2, static_cast<size_t>(len) * 2, 1);
+    }
+    return b;
+  };
+  auto a = tile(max_a), w = tile(max_w);
+  auto out = dev.alloc(static_cast<size_t>(max_o) * 2);
+  s.synchronize();
+  for (const KN& kn : kns) {
+    for (int64_t m : ms) {
+      const double flops = 2.0 * m * kn.n * kn.k;
+      // About 2 ms a timing at 700 TFLOP/s, 3 to 50 runs.
+      const int iters = static_cast<int>(std::clamp(2e-3 * 700e12 / flops, 3.0, 50.0));
+      const double t = time_ms(dev, s, 2, iters, [&] {
+        kern.gemm(s, a.get(), kn.k, w.get(), kn.n, out.get(), kn.n, m, kn.n, kn.k, DType::kBF16, DType::kBF16);
+      });
+      char shape[64];
+      std::snprintf(shape, sizeof(shape), "M%lld K%lld N%lld bf16", static_cast<long long>(m),
+                    static_cast<long long>(kn.k), static_cast<long long>(kn.n));
+      rows.push_back({"gemm", kGemmShapeRowWhat, shape, t, flops / t * 1e-9, "TFLOP/s", kNoBound,
+                      "the model's GEMM profile (model calibrate|validate|loo --rates)"});
+    }
+  }
 }
 
 // --- copies
@@ -838,7 +897,7 @@ int main(int argc, char** argv) {
     else if (a == "--nccl-ranks" && i + 1 < argc) nccl_ranks = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
-                   "usage: bench_kernels [-o FILE.h5] [--sections bounds,attention,norm,gemm,copies,where,latency,alloc,peer,nccl]"
+                   "usage: bench_kernels [-o FILE.h5] [--sections bounds,attention,norm,gemm,gemm_shapes,copies,where,latency,alloc,peer,nccl]"
                    " [--nccl-ranks N (0: every GPU)]\n");
       return 2;
     }
@@ -860,6 +919,7 @@ int main(int argc, char** argv) {
     if (want("attention")) attention_rows(*dev, *s, rows);
     if (want("norm")) norm_rope_rows(*dev, *s, *kern, bound, rows, cells);
     if (want("gemm")) gemm_rows(*dev, *s, *kern, rows);
+    if (want("gemm_shapes")) gemm_shape_rows(*dev, *s, *kern, rows);
     if (want("copies")) copy_rows(*dev, *s, bound, rows);
     if (want("where")) where_rows(*dev, rows);
     if (want("latency")) latency_rows(*dev, rows);

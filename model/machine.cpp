@@ -237,6 +237,33 @@ void parse_norm_rope_profile(const json& j, const std::string& where, Machine& m
   }
 }
 
+// The measured GEMM rates by shape (optional), each below the dense bf16 peak.
+void parse_gemm_profile(const json& j, const std::string& where, Machine& m) {
+  if (!j.contains("gemm_profile")) return;
+  const json& gp = j["gemm_profile"];
+  if (!gp.is_array()) bad(where, "gemm_profile: must be an array of measured points");
+  for (size_t i = 0; i < gp.size(); ++i) {
+    const std::string f = "gemm_profile[" + std::to_string(i) + "]";
+    const json& a = gp[i];
+    if (!a.is_object()) bad(where, f + ": must be an object");
+    only_keys(a, where + ": " + f, {"m", "n", "k", "tflops", "source"});
+    for (const char* k : {"m", "n", "k", "tflops", "source"})
+      if (!a.contains(k)) bad(where, f + ": missing '" + k + "'");
+    GemmPoint pt;
+    pt.m = whole(a["m"], where, f + ".m", 1, int64_t{1} << 40);
+    pt.n = whole(a["n"], where, f + ".n", 1, int64_t{1} << 40);
+    pt.k = whole(a["k"], where, f + ".k", 1, int64_t{1} << 40);
+    pt.tflops = number(a["tflops"], where, f + ".tflops");
+    const Param& peak = m.params.at("gemm_tflops");
+    if (!(pt.tflops > 0) || pt.tflops > peak.range_hi)
+      bad(where, f + ".tflops: " + fmt(pt.tflops) + " TFLOP/s is outside its physical range (0, " + fmt(peak.range_hi) +
+                     "] TFLOP/s (gemm_tflops' range: " + peak.range_source + ")");
+    pt.source = text(a["source"], where, f + ".source");
+    if (pt.source.empty()) bad(where, f + ".source: say where the rate comes from");
+    m.gemm.push_back(pt);
+  }
+}
+
 }  // namespace
 
 Machine parse_machine(const std::string& json_text, const std::string& where) {
@@ -247,7 +274,8 @@ Machine parse_machine(const std::string& json_text, const std::string& where) {
     bad(where, std::string("not valid JSON: ") + e.what());
   }
   if (!j.is_object()) bad(where, "must be a JSON object");
-  only_keys(j, where, {"name", "description", "topology", "parameters", "attention_profile", "norm_rope_profile"});
+  only_keys(j, where,
+            {"name", "description", "topology", "parameters", "attention_profile", "norm_rope_profile", "gemm_profile"});
   Machine m;
   for (const char* f : {"name", "topology", "parameters", "attention_profile"})
     if (!j.contains(f)) bad(where, std::string("missing field '") + f + "'");
@@ -259,6 +287,7 @@ Machine parse_machine(const std::string& json_text, const std::string& where) {
   parse_parameters(j, where, m);
   parse_attention_profile(j, where, m);
   parse_norm_rope_profile(j, where, m);
+  parse_gemm_profile(j, where, m);
   return m;
 }
 
@@ -316,6 +345,12 @@ std::string machine_to_json(const Machine& m) {
     for (const auto& a : m.norm_rope)
       nr.push_back({{"norm", a.norm}, {"dtype", a.dtype}, {"head_dim", a.head_dim}, {"gbs", a.gbs}, {"source", a.source}});
     j["norm_rope_profile"] = nr;
+  }
+  if (!m.gemm.empty()) {
+    json gp = json::array();
+    for (const auto& a : m.gemm)
+      gp.push_back({{"m", a.m}, {"n", a.n}, {"k", a.k}, {"tflops", a.tflops}, {"source", a.source}});
+    j["gemm_profile"] = gp;
   }
   return j.dump(2) + "\n";
 }

@@ -7,6 +7,7 @@
 // floor) is an InputError naming the file, the parameter, the value and the range.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -45,6 +46,16 @@ struct NormRopePoint {
   double gbs = 0;
   std::string source;
 };
+// A measured GEMM rate at one shape (bf16 in and out, cuBLASLt: bench_kernels' gemm_shapes
+// rows). The simulator takes the points of the nearest (K, N) in log distance and
+// interpolates in log(M) after taking out each point's wave quantisation, as for attention;
+// without a profile, gemm_tflops.
+struct GemmPoint {
+  int64_t m = 1, n = 1, k = 1;
+  double tflops = 0;
+  std::string source;
+};
+
 extern const char* const kNormKindNames[4];
 extern const char* const kDTypeNames[3];
 
@@ -55,6 +66,7 @@ struct Machine {
   std::map<std::string, Param> params;
   std::vector<AttentionPoint> attention;
   std::vector<NormRopePoint> norm_rope;  // may be empty
+  std::vector<GemmPoint> gemm;           // may be empty
 
   double p(const std::string& name) const;  // the value; throws for an unknown name
 };

@@ -99,6 +99,21 @@ double attention_tiles(int64_t batch, int64_t heads, int64_t seq) {
   return static_cast<double>(batch) * static_cast<double>(heads) * std::ceil(static_cast<double>(seq) / 128.0);
 }
 
+// A measured curve of (log x, rate) points, sorted here: the rate at log x, linear
+// between points, flat beyond the ends.
+double interp_log(std::vector<std::pair<double, double>> curve, double x) {
+  std::sort(curve.begin(), curve.end());
+  if (x <= curve.front().first) return curve.front().second;
+  if (x >= curve.back().first) return curve.back().second;
+  for (size_t i = 1; i < curve.size(); ++i) {
+    if (x <= curve[i].first) {
+      const double w = (x - curve[i - 1].first) / std::max(kEps, curve[i].first - curve[i - 1].first);
+      return curve[i - 1].second + w * (curve[i].second - curve[i - 1].second);
+    }
+  }
+  return curve.back().second;
+}
+
 // Attention rate (flops per ms) for a shape: the profile's points of the nearest
 // head_dim, each with its own wave quantisation taken out, interpolated in log(seq)
 // (flat beyond the ends), then the shape's own quantisation put back.
@@ -115,21 +130,30 @@ double attention_rate(const Rates& r, int64_t batch, int64_t seq, int64_t heads,
     curve.emplace_back(std::log(static_cast<double>(p.seq)),
                        p.tflops / wave_efficiency(attention_tiles(p.batch, p.heads, p.seq), r.sm_count));
   }
-  std::sort(curve.begin(), curve.end());
-  const double x = std::log(static_cast<double>(std::max<int64_t>(seq, 1)));
-  double tf = curve.front().second;
-  if (x >= curve.back().first) {
-    tf = curve.back().second;
-  } else if (x > curve.front().first) {
-    for (size_t i = 1; i < curve.size(); ++i) {
-      if (x <= curve[i].first) {
-        const double w = (x - curve[i - 1].first) / std::max(kEps, curve[i].first - curve[i - 1].first);
-        tf = curve[i - 1].second + w * (curve[i].second - curve[i - 1].second);
-        break;
-      }
-    }
-  }
+  const double tf = interp_log(std::move(curve), std::log(static_cast<double>(std::max<int64_t>(seq, 1))));
   return tf * 1e9 * r.attention_scale * wave_efficiency(attention_tiles(batch, heads, seq), r.sm_count);
+}
+
+// A bf16 GEMM's rate (flops per ms) for a shape. With a GEMM profile: its points of the
+// nearest (K, N) (log distance), each with its own wave quantisation taken out,
+// interpolated in log(M), then the shape's quantisation put back; else gemm_tflops at the
+// shape's quantisation.
+double gemm_rate(const Rates& r, int64_t m, int64_t n, int64_t k) {
+  const auto& pts = r.m->gemm;
+  if (pts.empty()) return r.gemm * gemm_wave_efficiency(m, n, r.sm_count);
+  auto dist = [&](const GemmPoint& p) {
+    return std::fabs(std::log(static_cast<double>(p.k) / static_cast<double>(std::max<int64_t>(k, 1)))) +
+           std::fabs(std::log(static_cast<double>(p.n) / static_cast<double>(std::max<int64_t>(n, 1))));
+  };
+  double best = kInf;
+  for (const auto& p : pts) best = std::min(best, dist(p));
+  std::vector<std::pair<double, double>> curve;  // (log M, normalised TFLOP/s)
+  for (const auto& p : pts) {
+    if (dist(p) > best + 1e-12) continue;
+    curve.emplace_back(std::log(static_cast<double>(p.m)), p.tflops / gemm_wave_efficiency(p.m, p.n, r.sm_count));
+  }
+  const double tf = interp_log(std::move(curve), std::log(static_cast<double>(std::max<int64_t>(m, 1))));
+  return tf * 1e9 * gemm_wave_efficiency(m, n, r.sm_count);
 }
 
 // Bytes per ms of a norm+RoPE kernel: the profile's point of its norm kind and dtype with
@@ -151,8 +175,7 @@ double sm_work_ms(const Op& op, const Rates& r) {
     case OpKind::kKernel:
       switch (op.kernel) {
         case KernelKind::kGemm:
-          return op.flops / (r.gemm * gemm_wave_efficiency(op.dims[0], op.dims[1], r.sm_count) *
-                             (op.dims[3] == 4 ? r.fp32_out : 1.0));
+          return op.flops / (gemm_rate(r, op.dims[0], op.dims[1], op.dims[2]) * (op.dims[3] == 4 ? r.fp32_out : 1.0));
         case KernelKind::kAttention:
           return op.flops / attention_rate(r, op.dims[0], op.dims[1], op.dims[2], op.dims[3]);
         case KernelKind::kNormRope: return op.bytes / norm_rope_rate(r, op);

@@ -458,3 +458,60 @@ TEST(ModelBench, NormRopeProfileReadsTheLayersLaunch) {
     }
   }
 }
+
+// The GEMM profile is read from bench_kernels' GEMM-by-shape rows only (not the projection's
+// other GEMM rows); `--rates` files each give the profiles they hold, two files may not
+// give the same one, a file with neither is refused, and a malformed shape is named.
+TEST(ModelBench, RatesFilesGiveTheirGemmAndNormRopeProfiles) {
+  TempDir dir;
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> u(300.0, 900.0);
+  const double a = u(rng), b = u(rng), other = u(rng), norm = u(rng) / 100;
+  auto bench = [&](const std::string& name, const std::vector<std::string>& section, const std::vector<std::string>& what,
+                   const std::vector<std::string>& shape, const std::vector<std::string>& unit,
+                   const std::vector<double>& rate) {
+    const std::string path = dir.file(name);
+    auto f = uipc::h5::File::create(path);
+    uipc::h5::Group g = f.root().create_group("bench_kernels");
+    g.write_attr("revision", "0123456789ab");
+    g.write_attr("section", section);
+    g.write_attr("what", what);
+    g.write_attr("shape", shape);
+    g.write_attr("unit", unit);
+    g.write_attr("rate", rate);
+    f.close();
+    return path;
+  };
+  const std::string w = uipc::kGemmShapeRowWhat;
+  const std::string gemm = bench("gemm.h5", {"gemm", "gemm", "gemm"}, {"QKV projection (cuBLASLt), one GEMM", w, w},
+                                 {"M8448 K3072 N9216 bf16", "M4608 K3072 N9216 bf16", "M16896 K3072 N3072 bf16"},
+                                 {"TFLOP/s", "TFLOP/s", "TFLOP/s"}, {other, a, b});
+  const std::string nr = bench("norm.h5", {"norm+rope"}, {"norm+RoPE rms"}, {"M16896 H24 D128 bf16 fused"}, {"TB/s"}, {norm});
+  const uipc::BenchRates r = uipc::read_bench_rates({nr, gemm});
+  ASSERT_EQ(r.gemm.size(), 2u);
+  EXPECT_EQ(r.gemm[0].m, 4608);
+  EXPECT_EQ(r.gemm[0].k, 3072);
+  EXPECT_EQ(r.gemm[0].n, 9216);
+  EXPECT_DOUBLE_EQ(r.gemm[0].tflops, a);
+  EXPECT_EQ(r.gemm[1].m, 16896);
+  EXPECT_EQ(r.gemm[1].n, 3072);
+  EXPECT_DOUBLE_EQ(r.gemm[1].tflops, b);
+  EXPECT_NE(r.gemm[0].source.find("0123456789ab"), std::string::npos) << r.gemm[0].source;
+  ASSERT_EQ(r.norm_rope.size(), 1u);
+  EXPECT_DOUBLE_EQ(r.norm_rope[0].gbs, norm * 1000);
+  EXPECT_TRUE(uipc::read_bench_rates({gemm}).norm_rope.empty());
+  auto error_of = [](const std::vector<std::string>& paths) {
+    try {
+      uipc::read_bench_rates(paths);
+    } catch (const uipc::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(error_of({gemm, gemm}).find("hold the GEMM profile: give one"), std::string::npos) << error_of({gemm, gemm});
+  const std::string neither = bench("neither.h5", {"gemm"}, {"QKV projection (cuBLASLt), one GEMM"},
+                                    {"M8448 K3072 N9216 bf16"}, {"TFLOP/s"}, {other});
+  EXPECT_NE(error_of({neither}).find("neither norm+RoPE rows"), std::string::npos) << error_of({neither});
+  const std::string bad = bench("bad.h5", {"gemm"}, {w}, {"M4608 N9216 bf16"}, {"TFLOP/s"}, {a});
+  EXPECT_NE(error_of({bad}).find("'M4608 N9216 bf16' is not 'M<m> K<k> N<n> bf16'"), std::string::npos) << error_of({bad});
+}

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 
 #include "base/error.hpp"
 #include "model/machine.hpp"
@@ -449,6 +450,50 @@ TEST(Simulator, AGemmTooSmallForOneWaveOfBigTilesIsTiledFiner) {
   EXPECT_NEAR(standalone_work_ms(tiny, m, false), tiny.flops / (1e12 * 0.01), 1e-12);
 }
 
+// With a GEMM profile (bench_kernels' gemm_shapes rows) a GEMM takes the measured rate of
+// its (K, N), interpolated in log M after each point's wave quantisation is taken out and
+// its own put back; a (K, N) the profile lacks takes the nearest one's; gemm_tflops no
+// longer counts. Rates drawn fresh each run.
+TEST(Simulator, AGemmTakesItsShapesMeasuredRate) {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> u(300.0, 900.0);
+  Machine m = simple_machine();  // 100 SMs
+  auto gemm = [](int64_t mm, int64_t n, int64_t k) {
+    Op o;
+    o.kind = OpKind::kKernel;
+    o.kernel = KernelKind::kGemm;
+    o.flops = 2.0 * mm * n * k;
+    o.dims[0] = mm;
+    o.dims[1] = n;
+    o.dims[2] = k;
+    o.dims[3] = 2;
+    return o;
+  };
+  // 1280 x 3840: 150 big tiles, 2 waves at 0.75; 5120 x 3840: 600 tiles, 6 full waves.
+  const double r_lo = u(rng), r_hi = u(rng), r_other = u(rng);
+  m.gemm = {GemmPoint{1280, 3840, 1280, r_lo, "test"}, GemmPoint{5120, 3840, 1280, r_hi, "test"},
+            GemmPoint{5120, 1280, 1280, r_other, "test"}};
+  const Op at_lo = gemm(1280, 3840, 1280), at_hi = gemm(5120, 3840, 1280);
+  EXPECT_NEAR(standalone_work_ms(at_lo, m, false), at_lo.flops / (r_lo * 1e9), 1e-12);
+  EXPECT_NEAR(standalone_work_ms(at_hi, m, false), at_hi.flops / (r_hi * 1e9), 1e-12);
+  // Halfway in log M (2560: 300 tiles, 3 full waves): the points' rates at full waves
+  // (r_lo / 0.75, r_hi) averaged.
+  const Op mid = gemm(2560, 3840, 1280);
+  EXPECT_NEAR(standalone_work_ms(mid, m, false), mid.flops / ((r_lo / 0.75 + r_hi) / 2 * 1e9), 1e-9);
+  // Beyond the ends: flat at full waves (20480: 2400 tiles, 24 waves).
+  const Op big = gemm(20480, 3840, 1280);
+  EXPECT_NEAR(standalone_work_ms(big, m, false), big.flops / (r_hi * 1e9), 1e-9);
+  // K 1536 N 1536 lies nearest (K 1280, N 1280): that curve's one point, flat
+  // (5120 x 1536: 40 x 6 = 240 tiles, 3 waves at 0.8; the point: 40 x 5 = 200, 2 full).
+  const Op near = gemm(5120, 1536, 1536);
+  EXPECT_NEAR(standalone_work_ms(near, m, false), near.flops / (r_other * 0.8 * 1e9), 1e-9);
+  // gemm_tflops counts only without a profile.
+  m.params.at("gemm_tflops").value = 1;
+  EXPECT_NEAR(standalone_work_ms(at_hi, m, false), at_hi.flops / (r_hi * 1e9), 1e-12);
+  m.gemm.clear();
+  EXPECT_NEAR(standalone_work_ms(at_hi, m, false), at_hi.flops / 1e9, 1e-9);
+}
+
 TEST(Simulator, AnOpStartsNoEarlierThanTheHostIssuesIt) {
   Machine m = simple_machine();
   m.params.at("host_launch_us").value = 50;  // 0.05 ms per kernel launch
@@ -610,6 +655,20 @@ TEST(Machine, BadFilesGiveOneClearError) {
   EXPECT_NE(error_of(replace("\"gpus_per_node\": 4", "\"gpus_per_node\": 0")).find("gpus_per_node"), std::string::npos);
   EXPECT_NE(error_of(replace("\"tflops\": 500", "\"tflops\": -1")).find("tflops"), std::string::npos);
   EXPECT_NE(error_of(replace("\"name\": \"test\"", "\"name\": 3")).find("name: must be a string"), std::string::npos);
+  // A GEMM profile round-trips; a rate above the dense peak (gemm_tflops' range) is refused.
+  Machine g = simple_machine();
+  g.params.at("gemm_tflops").range_hi = 989;
+  g.params.at("gemm_tflops").value = 700;
+  g.params.at("gemm_tflops").range_source = "spec: H200 dense bf16";
+  g.gemm = {GemmPoint{4608, 9216, 3072, 771.5, "bench"}};
+  EXPECT_EQ(machine_to_json(parse_machine(machine_to_json(g), "round trip")), machine_to_json(g));
+  g.gemm[0].tflops = 1200;
+  const std::string e = error_of(machine_to_json(g));
+  EXPECT_NE(e.find("gemm_profile[0].tflops: 1200 TFLOP/s is outside its physical range (0, 989]"), std::string::npos)
+      << e;
+  g.gemm[0].tflops = 700;
+  g.gemm[0].source = "";
+  EXPECT_NE(error_of(machine_to_json(g)).find("gemm_profile[0].source: say where"), std::string::npos);
 }
 
 // Every parameter carries its physical range and the range's source; a value outside it

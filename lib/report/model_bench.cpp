@@ -9,21 +9,34 @@
 
 namespace uipc {
 
-std::vector<model::NormRopePoint> read_norm_rope_profile(const std::string& path) {
+namespace {
+
+// bench_kernels' rows (its group's parallel attribute lists) and the code they measured.
+struct BenchRows {
+  std::vector<std::string> section, what, shape, unit;
+  std::vector<double> rate;
+  std::string revision;
+  bool one_launch = false;  // norm_rope_layer_launch = qk_one_launch
+};
+
+BenchRows read_bench_rows(const std::string& path) {
   h5::File f = h5::File::open_read(path);
   const h5::Group root = f.root();
   if (!root.has_link("bench_kernels")) throw InputError(path + ": no group 'bench_kernels' (not bench_kernels -o output)");
   const h5::Group g = root.open_group("bench_kernels");
-  const std::vector<std::string> section = g.read_string_list("section", 1 << 16), what = g.read_string_list("what", 1 << 16),
-                                 shape = g.read_string_list("shape", 1 << 16), unit = g.read_string_list("unit", 1 << 16);
-  const std::vector<double> rate = g.read_double_list("rate");
-  if (what.size() != section.size() || shape.size() != section.size() || unit.size() != section.size() ||
-      rate.size() != section.size())
+  BenchRows b;
+  b.section = g.read_string_list("section", 1 << 16);
+  b.what = g.read_string_list("what", 1 << 16);
+  b.shape = g.read_string_list("shape", 1 << 16);
+  b.unit = g.read_string_list("unit", 1 << 16);
+  b.rate = g.read_double_list("rate");
+  const size_t n = b.section.size();
+  if (b.what.size() != n || b.shape.size() != n || b.unit.size() != n || b.rate.size() != n)
     throw InputError(path + ": bench_kernels' section, what, shape, unit and rate differ in length");
   // The code the bench measured: its `revision` attribute, else the stored file's name
   // (docs/measured/ names them bench_kernels-<revision>.h5), else unknown.
-  std::string revision = g.has_attr("revision") ? g.read_string("revision") : "";
-  if (revision.empty()) {
+  b.revision = g.has_attr("revision") ? g.read_string("revision") : "";
+  if (b.revision.empty()) {
     const size_t slash = path.find_last_of('/');
     const std::string file = path.substr(slash == std::string::npos ? 0 : slash + 1);
     const std::string pre = "bench_kernels-", post = ".h5";
@@ -32,15 +45,21 @@ std::vector<model::NormRopePoint> read_norm_rope_profile(const std::string& path
                           ? file.substr(pre.size(), file.size() - pre.size() - post.size())
                           : "";
     const bool hex = rev.size() >= 7 && rev.find_first_not_of("0123456789abcdef") == std::string::npos;
-    revision = hex ? rev + " (from the file name)" : "revision not recorded";
+    b.revision = hex ? rev + " (from the file name)" : "revision not recorded";
   }
+  b.one_launch = g.has_attr(kNormRopeLayerLaunchAttr) && g.read_string(kNormRopeLayerLaunchAttr) == kNormRopeQkOneLaunch;
+  return b;
+}
+
+std::vector<model::NormRopePoint> norm_rope_points(const BenchRows& b, const std::string& path) {
+  const std::vector<std::string>&section = b.section, &what = b.what, &shape = b.shape, &unit = b.unit;
+  const std::vector<double>& rate = b.rate;
+  const std::string& revision = b.revision;
   // The rows of the launch the measured code's layer ran: Q and K in one launch where the
   // file says so (norm_rope_layer_launch = qk_one_launch: "norm+RoPE <kind> (the pick, Q+K
   // one launch)"), else, as every bench of code before it, the dispatched kernel's two
   // launches ("norm+RoPE <kind>").
-  const bool one_launch =
-      g.has_attr(kNormRopeLayerLaunchAttr) && g.read_string(kNormRopeLayerLaunchAttr) == kNormRopeQkOneLaunch;
-  const std::string suffix = one_launch ? kNormRopeQkRowSuffix : "";
+  const std::string suffix = b.one_launch ? kNormRopeQkRowSuffix : "";
   std::vector<model::NormRopePoint> out;
   for (size_t i = 0; i < section.size(); ++i) {
     if (section[i] != "norm+rope" || unit[i] != "TB/s") continue;
@@ -70,8 +89,62 @@ std::vector<model::NormRopePoint> read_norm_rope_profile(const std::string& path
     p.source = src.str();
     out.push_back(p);
   }
+  return out;
+}
+
+std::vector<model::GemmPoint> gemm_points(const BenchRows& b, const std::string& path) {
+  std::vector<model::GemmPoint> out;
+  for (size_t i = 0; i < b.section.size(); ++i) {
+    if (b.section[i] != "gemm" || b.what[i] != kGemmShapeRowWhat || b.unit[i] != "TFLOP/s") continue;
+    long long m = 0, k = 0, n = 0;
+    char dtype[16] = {0};
+    if (std::sscanf(b.shape[i].c_str(), "M%lld K%lld N%lld %15s", &m, &k, &n, dtype) != 4 || std::string(dtype) != "bf16")
+      throw InputError(path + ": GEMM row '" + b.shape[i] + "' is not 'M<m> K<k> N<n> bf16'");
+    if (m <= 0 || k <= 0 || n <= 0 || !(b.rate[i] > 0))
+      throw InputError(path + ": GEMM row '" + b.shape[i] + "' has a non-positive shape or rate");
+    model::GemmPoint p;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.tflops = b.rate[i];
+    std::ostringstream src;
+    src << "bench_kernels " << b.what[i] << " " << b.shape[i] << ": " << b.rate[i] << " TFLOP/s (" << path << ", code "
+        << b.revision << ")";
+    p.source = src.str();
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<model::NormRopePoint> read_norm_rope_profile(const std::string& path) {
+  std::vector<model::NormRopePoint> out = norm_rope_points(read_bench_rows(path), path);
   if (out.empty()) throw InputError(path + ": bench_kernels holds no norm+RoPE row of the fused view");
   return out;
+}
+
+BenchRates read_bench_rates(const std::vector<std::string>& paths) {
+  BenchRates r;
+  std::string norm_from, gemm_from;
+  for (const std::string& path : paths) {
+    const BenchRows b = read_bench_rows(path);
+    std::vector<model::NormRopePoint> norm = norm_rope_points(b, path);
+    std::vector<model::GemmPoint> gemm = gemm_points(b, path);
+    if (norm.empty() && gemm.empty())
+      throw InputError(path + ": bench_kernels holds neither norm+RoPE rows of the fused view nor GEMM-by-shape rows "
+                              "(bench_kernels --sections norm,gemm_shapes)");
+    auto take = [&](auto& into, auto& from, std::string& first, const char* what) {
+      if (from.empty()) return;
+      if (!first.empty())
+        throw InputError("--rates: both " + first + " and " + path + " hold the " + what + " profile: give one");
+      first = path;
+      into = std::move(from);
+    };
+    take(r.norm_rope, norm, norm_from, "norm+RoPE");
+    take(r.gemm, gemm, gemm_from, "GEMM");
+  }
+  return r;
 }
 
 }  // namespace uipc

@@ -1,6 +1,6 @@
 // Rates for the machine model read from bench_kernels' HDF5 output (docs/model.md,
-// "Rates from benchmarks"): the norm+RoPE profile by norm kind, dtype and head_dim, so
-// that `ulysses-ipc model calibrate|validate|loo` take the rates the measured code had
+// "Rates from benchmarks"): the norm+RoPE profile by norm kind, dtype and head_dim and the
+// GEMM profile by shape, so that `ulysses-ipc model calibrate|validate|loo` take the rates the measured code had
 // rather than typed-in ones.
 #pragma once
 
@@ -18,10 +18,23 @@ inline constexpr const char* kNormRopeLayerLaunchAttr = "norm_rope_layer_launch"
 inline constexpr const char* kNormRopeQkOneLaunch = "qk_one_launch";
 inline constexpr const char* kNormRopeQkRowSuffix = " (the pick, Q+K one launch)";
 
+// The `what` of bench_kernels' GEMM-by-shape rows (section gemm_shapes; shape "M<m> K<k>
+// N<n> bf16", rate in TFLOP/s): written by the bench, read as the GEMM profile.
+inline constexpr const char* kGemmShapeRowWhat = "GEMM by shape (cuBLASLt, bf16 in and out)";
+
 // The dispatched norm+RoPE kernel's rate of every norm kind, dtype and head_dim that
 // `path` (a bench_kernels -o file) measured in the fused QKV view, each point's source
 // naming the file and the code it measured (its `revision` attribute). Throws InputError
 // for a file that is not bench_kernels' or holds no such row.
 std::vector<model::NormRopePoint> read_norm_rope_profile(const std::string& path);
+
+// The profiles a machine takes from `--rates` files: each file gives what it holds (its
+// norm+RoPE rows, its GEMM-by-shape rows, or both); empty where no file gave one. Throws
+// InputError for a file that holds neither, or for two files giving the same profile.
+struct BenchRates {
+  std::vector<model::NormRopePoint> norm_rope;
+  std::vector<model::GemmPoint> gemm;
+};
+BenchRates read_bench_rates(const std::vector<std::string>& paths);
 
 }  // namespace uipc
