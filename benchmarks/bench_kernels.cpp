@@ -13,7 +13,8 @@
 //    SM; a copy that finishes while the kernel runs is on a copy engine, one that waits
 //    for it needs SMs;
 //  - allocation: a transport target's allocation and free (vmm, ipc) at 2-128 MiB, idle
-//    and beside a running kernel (does the call wait for the device?);
+//    and beside a running kernel (does the call wait for the device?); a vmm target's
+//    export + import + map and close, and a first copy into a fresh mapping;
 //  - latency floor: the parts of a scatter's fixed cost (event hop between streams,
 //    stream-memory-op round trip, a small copy, and the host's cost to enqueue each);
 //  - with two GPUs or more, the peer link in the Ulysses2 scatter's shape;
@@ -630,6 +631,8 @@ void latency_rows(Device& dev, std::vector<Row>& rows) {
 // cuMemCreate + reserve + map + access (alloc_fd_shareable), unmap + free + release;
 // ipc: cudaMalloc of exportable memory, cudaFree.
 constexpr double kBusyMs = 5.0;
+void vmm_import_rows(Device& dev, Stream& a, std::vector<Row>& rows);
+
 void alloc_rows(Device& dev, std::vector<Row>& rows) {
   if (!dev.vmm_ineligible_reason().empty())
     std::fprintf(stderr, "bench_kernels: allocation: vmm not measured (%s)\n", dev.vmm_ineligible_reason().c_str());
@@ -684,6 +687,80 @@ void alloc_rows(Device& dev, std::vector<Row>& rows) {
                             std::to_string(static_cast<int>(kBusyMs)) + " ms)"});
       }
     }
+  }
+  if (dev.vmm_ineligible_reason().empty()) vmm_import_rows(dev, *a, rows);
+}
+
+// --- What vmm without its target cache pays beyond the allocation (the layer's +2 ms in
+// flux-2048-u1-ablations-6e0f353 that alloc/free do not explain): a target's descriptor
+// exported and imported again (cuMemExportToShareableHandle, cuMemImportFromShareableHandle,
+// reserve, map, set access: what a peer does with a fresh target), idle and beside a
+// running kernel; the mapping's close; and a copy into a fresh mapping against the same
+// copy into it again (first touch).
+void vmm_import_rows(Device& dev, Stream& a, std::vector<Row>& rows) {
+  using Clock = std::chrono::steady_clock;
+  auto since_ms = [](Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
+  for (const size_t mib : {size_t(2), size_t(32), size_t(128)}) {
+    const size_t bytes = mib << 20;
+    char shape[32];
+    std::snprintf(shape, sizeof(shape), "%zu MiB", mib);
+    DeviceBuffer target = dev.alloc_fd_shareable(bytes);
+    auto src = dev.alloc(bytes);
+    dev.memset(a, src.get(), 1, bytes);
+    a.synchronize();
+    { PeerMapping warm = dev.import_fd(dev.export_fd(target), bytes); }
+    std::vector<double> im, cl;
+    for (int i = 0; i < 5; ++i) {
+      auto t0 = Clock::now();
+      PeerMapping m = dev.import_fd(dev.export_fd(target), bytes);
+      im.push_back(since_ms(t0));
+      t0 = Clock::now();
+      m.reset();
+      cl.push_back(since_ms(t0));
+    }
+    std::sort(im.begin(), im.end());
+    std::sort(cl.begin(), cl.end());
+    rows.push_back({"alloc", "vmm target: export + import + map (idle GPU)", shape, im[2], im[2] * 1e3, "us", kNoBound,
+                    "host time, median of 5"});
+    rows.push_back({"alloc", "vmm target: close the imported mapping (idle GPU)", shape, cl[2], cl[2] * 1e3, "us",
+                    kNoBound, "host time, median of 5"});
+    for (const bool do_close : {false, true}) {
+      PeerMapping m = do_close ? dev.import_fd(dev.export_fd(target), bytes) : PeerMapping();
+      a.synchronize();
+      auto e0 = dev.create_event(), e1 = dev.create_event();
+      launch_delay(cu(a), kBusyMs);
+      e0->record(a);
+      const auto t0 = Clock::now();
+      if (do_close) m.reset();
+      else m = dev.import_fd(dev.export_fd(target), bytes);
+      const double host = since_ms(t0);
+      launch_delay(cu(a), 0.01);
+      e1->record(a);
+      a.synchronize();
+      const double gap = dev.elapsed_ms(*e0, *e1) - 0.01;
+      rows.push_back({"alloc",
+                      std::string("vmm target: ") + (do_close ? "close the imported mapping" : "export + import + map") +
+                          " beside a " + std::to_string(static_cast<int>(kBusyMs)) + " ms kernel",
+                      shape, host, host * 1e3, "us", kNoBound,
+                      "host time; the GPU then idle " + std::to_string(gap).substr(0, 6) +
+                          " ms before the next kernel (a call that waits for the device: host ~" +
+                          std::to_string(static_cast<int>(kBusyMs)) + " ms)"});
+    }
+    // First touch: a copy into a mapping just made, then the same copy again.
+    PeerMapping m = dev.import_fd(dev.export_fd(target), bytes);
+    double first = 0, again = 0;
+    for (double* t : {&first, &again}) {
+      auto e0 = dev.create_event(), e1 = dev.create_event();
+      e0->record(a);
+      dev.copy_2d(a, m.get(), bytes, src.get(), bytes, bytes, 1);
+      e1->record(a);
+      a.synchronize();
+      *t = dev.elapsed_ms(*e0, *e1);
+    }
+    rows.push_back({"alloc", "vmm target: first copy into a fresh mapping", shape, first, 2.0 * bytes / first * 1e-9,
+                    "TB/s", kNoBound, "GPU time; bytes = read+write"});
+    rows.push_back({"alloc", "vmm target: the same copy again", shape, again, 2.0 * bytes / again * 1e-9, "TB/s",
+                    kNoBound, "GPU time; bytes = read+write"});
   }
 }
 

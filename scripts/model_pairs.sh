@@ -3,11 +3,13 @@
 # file of the code that measured it (its norm+RoPE rate) and, for the reports measured
 # before the producers wrote their own slices, the ablation that runs that protocol.
 # Sets PAIRS (the arguments of `ulysses-ipc model calibrate|validate|loo`) and RATES (the
-# current code's bench_kernels file: the machine's own norm+RoPE profile).
+# --rates arguments: the current code's bench_kernels file, the machine's own norm+RoPE
+# profile, and the bench of GEMM rates by shape, its GEMM profile).
 M2=docs/measured/2026-11-29-h200x2
 M1=docs/measured/2026-12-01-h200
 # shellcheck disable=SC2034  # read by the scripts that source this file
-RATES=docs/measured/2026-12-02-h200-head/bench_kernels-6e0f353.h5
+RATES=(--rates docs/measured/2026-12-02-h200-head/bench_kernels-6e0f353.h5
+       --rates docs/measured/2026-12-02-h200-gemm/bench_kernels-gemm-59e55b4.h5)
 PAIRS=()
 for r in multi-flux-dev-1024-np2 multi-flux-dev-2048-np2 multi-hunyuanvideo-720p-np2 latency-floor/floor-np2; do
   PAIRS+=(--pair "$M2/$r.h5=$T/${r#latency-floor/}.h5" --bench "$M2/$r.h5=$M2/bench_kernels.h5"
