@@ -437,13 +437,13 @@ TEST_F(CudaKernelsTest, NormRopeAcrossHeadsPipelinedRows) {
 // kind, head_dim 64, 72 and 128, every dtype, fused views (Q and K of one QKV buffer)
 // and separate ones (K's heads 1..2 moved to a target), different weights for Q and K,
 // on the launcher's pick, the plain walk, the pipelined walk (rows pipelined whole for
-// across-heads RMS) and the staged walk, at 74 rows and 5000 (every warp walks several
-// rows). The two-launch path is checked against the float64 reference above.
+// across-heads RMS), the staged walk and the flat walk, at 74 rows and 5000 (every warp
+// walks several rows). The two-launch path is checked against the float64 reference above.
 TEST_F(CudaKernelsTest, NormRopeQkOneLaunchMatchesTwoLaunches) {
   struct Walk {
     int pipe, staged;
   };
-  const Walk walks[] = {{-1, -1}, {0, 0}, {4, 0}, {0, 4}};
+  const Walk walks[] = {{-1, -1}, {0, 0}, {4, 0}, {0, 4}, {kNormRopeFlatPipe, 0}};
   const int H = 7;
   for (DType dt : kAllTypes) {
     const size_t es = dtype_size(dt);
