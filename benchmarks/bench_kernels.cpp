@@ -204,21 +204,28 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       // forced (not pipelined), its software-pipelined walk with batches of 4, 6 and 8
       // (per-head norms and RoPE; the across-heads norm pipelines whole rows instead, or
       // walks a row a block: "block rows"), its shared-memory staged walk with batches of
-      // 4 and 8, the general kernel, and the pick with Q and K in one launch.
-      constexpr int kVariants = 12;
+      // 4 and 8, its flat walk (a block a row, chunks across head boundaries: every norm
+      // kind; in two launches and with Q and K in one), the general kernel, and the pick
+      // with Q and K in one launch.
+      constexpr int kVariants = 14;
       double ms_kernel[kVariants] = {};
       const NormRopeKernel kVec = NormRopeKernel::kVector;
-      const NormRopeKernel which[kVariants] = {kVec, NormRopeKernel::kGeneral, kVec, kVec, kVec, kVec,
-                                               kVec, kVec, kVec, kVec, kVec, kVec};
-      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0};
-      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8, -1, -1, 12, 16, -1};
-      const int staged[kVariants] = {-1, -1, 0, 0, 0, 0, 0, 4, 8, 0, 0, -1};
-      // The last: the layer's pick with Q and K in one launch (launch_norm_rope_qk).
+      const NormRopeKernel which[kVariants] = {kVec, NormRopeKernel::kGeneral, kVec, kVec, kVec, kVec, kVec,
+                                               kVec, kVec, kVec, kVec, kVec, kVec, kVec};
+      const int kFlat = kNormRopeFlatPipe;
+      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8, -1, -1, 12, 16, kFlat, kFlat, -1};
+      const int staged[kVariants] = {-1, -1, 0, 0, 0, 0, 0, 4, 8, 0, 0, 0, 0, -1};
+      // Q and K in one launch (launch_norm_rope_qk); the last: the layer's pick so.
+      const bool one_launch[kVariants] = {false, false, false, false, false, false, false,
+                                          false, false, false, false, false, true, true};
       constexpr int kQk = kVariants - 1;
       const char* variant[kVariants] = {"", " (general kernel)", " (vector, 8 passes)", " (vector, 12 passes)",
                                         " (vector, pipelined 4)", " (vector, pipelined 6)", " (vector, pipelined 8)",
                                         " (vector, staged 4)", " (vector, staged 8)", " (vector, pipelined rows)",
-                                        " (vector, block rows)", kNormRopeQkRowSuffix};
+                                        " (vector, block rows)", " (vector, flat)", " (vector, flat, Q+K one launch)",
+                                        kNormRopeQkRowSuffix};
+      std::string flat_kernel;  // the flat walk's launch, for its rows' notes
       NormRopeLaunchInfo qk_info;
       NormRopeLaunchInfo info;
       for (int w = 0; w < kVariants; ++w) {
@@ -226,11 +233,11 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
         // the others pipeline batches of passes.
         const bool across = kinds[ki] == NormKind::kRmsAcrossHeads;
         const int G = std::min(32, sh.D * static_cast<int>(es) / 16), passes = (sh.H + 32 / G - 1) / (32 / G);
-        if (pipe[w] > 0 && across != (pipe[w] == 12 || pipe[w] == 16)) continue;
+        if (pipe[w] > 0 && pipe[w] != kFlat && across != (pipe[w] == 12 || pipe[w] == 16)) continue;
         if (pipe[w] == 12 && passes > 12) continue;
         if (pipe[w] == 16 && passes > 48) continue;
         auto run = [&] {
-          if (w == kQk) {
+          if (one_launch[w]) {
             launch_norm_rope_qk(cu(s), view_of(0), p, view_of(1), p, sh.dt, which[w], batch[w], pipe[w], staged[w]);
             return;
           }
@@ -239,6 +246,11 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
         ms_kernel[w] = time_ms(dev, s, 3, 20, run);
         if (w == 0) info = last_norm_rope_launch();
         if (w == kQk) qk_info = last_norm_rope_launch();
+        if (pipe[w] == kFlat) {
+          const NormRopeLaunchInfo fi = last_norm_rope_launch();
+          flat_kernel = fi.kernel + " (" + std::to_string(fi.regs) + " registers, " + std::to_string(fi.blocks_per_sm) +
+                        " blocks a multiprocessor)";
+        }
       }
       for (int w = 0; w < kVariants; ++w) {
         if (ms_kernel[w] == 0) continue;
@@ -246,8 +258,9 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
         rows.push_back({"norm+rope", std::string("norm+RoPE ") + kind_names[ki] + variant[w],
                         shape, ms_kernel[w], tbs, "TB/s", tbs / bound_tbs,
                         w == 0     ? "Q and K, bytes = read+write; the layer's pick: " + info.kernel
-                        : w == kQk ? "Q and K, bytes = read+write; " + qk_info.kernel
-                                   : "Q and K, bytes = read+write"});
+                        : w == kQk           ? "Q and K, bytes = read+write; " + qk_info.kernel
+                        : pipe[w] == kFlat   ? "Q and K, bytes = read+write; " + flat_kernel
+                                             : "Q and K, bytes = read+write"});
       }
       if (ki == 3) rope_only_ms = ms_kernel[0];
       NormCell c;

@@ -24,7 +24,12 @@ namespace uipc {
 // `staged`: the vector kernel's shared-memory staged walk (whole rows copied in with
 // cp.async, the next in flight while the current is computed; batches of 4 or 8 passes
 // read back at once), 0 off, -1 chosen (where batch and pipe are left to the launcher).
+// `pipe` kNormRopeFlatPipe: the vector kernel's flat walk (a block a row, each thread's
+// 16-byte chunks taken across head boundaries so that every lane carries data, per-head
+// sums through shared memory; every norm kind, rows of at most 1536 chunks), by name
+// only: the launcher does not pick it (bench_kernels measures it, rows "(vector, flat)").
 enum class NormRopeKernel { kAuto, kVector, kGeneral };
+inline constexpr int kNormRopeFlatPipe = 32;
 void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p,
                       NormRopeKernel which = NormRopeKernel::kAuto, int batch = 0, int pipe = -1, int staged = -1);
 // Q and K in one launch of the vector kernel (the grid's halves take one view each: one

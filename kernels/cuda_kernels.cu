@@ -299,6 +299,55 @@ __device__ __forceinline__ void warp_sums(float (&v)[kN]) {
   }
 }
 
+// Sums of (x - c) and (x - c)^2 over one 16-byte chunk, added to s1 and s2.
+template <typename T>
+__device__ __forceinline__ void chunk_sums(const Vec<T>& v, float c, float& s1, float& s2) {
+  float f[Vec<T>::kVE];
+  v.to_floats(f);
+#pragma unroll
+  for (int i = 0; i < Vec<T>::kVE; ++i) {
+    const float d = f[i] - c;
+    s1 += d;
+    s2 += d * d;
+  }
+}
+// Sum of one chunk's values, added to s1.
+template <typename T>
+__device__ __forceinline__ void chunk_sum1(const Vec<T>& v, float& s1) {
+  float f[Vec<T>::kVE];
+  v.to_floats(f);
+#pragma unroll
+  for (int i = 0; i < Vec<T>::kVE; ++i) s1 += f[i];
+}
+
+// Every walk's last step on a 16-byte chunk before its store: normalise it given its
+// head's (or row's) statistics, x * rinv * g (the RMS norms), (x - mu) * rinv * g + b
+// (LayerNorm), x (none); rotate its pairs by (cs[q], sn[q]) (rope); round it back.
+template <typename T, int kNorm>
+__device__ __forceinline__ void finish_chunk(Vec<T>& v, const float* g, const float* b, float mu, float rinv, int rope,
+                                             const float* cs, const float* sn) {
+  constexpr int kVE = Vec<T>::kVE;
+  float f[kVE];
+  v.to_floats(f);
+  if constexpr (kNorm == static_cast<int>(NormKind::kRmsAcrossHeads) ||
+                kNorm == static_cast<int>(NormKind::kRmsPerHead)) {
+#pragma unroll
+    for (int i = 0; i < kVE; ++i) f[i] = f[i] * rinv * g[i];
+  } else if constexpr (kNorm == static_cast<int>(NormKind::kLayerPerHead)) {
+#pragma unroll
+    for (int i = 0; i < kVE; ++i) f[i] = (f[i] - mu) * rinv * g[i] + b[i];
+  }
+  if (rope) {
+#pragma unroll
+    for (int q = 0; q < kVE / 2; ++q) {
+      const float a = f[2 * q], c = f[2 * q + 1];
+      f[2 * q] = a * cs[q] - c * sn[q];
+      f[2 * q + 1] = a * sn[q] + c * cs[q];
+    }
+  }
+  v.from_floats(f);
+}
+
 __device__ __forceinline__ void load_f32x(const float* __restrict__ src, float* dst, int n) {
   // n is a multiple of 4 and src 16-byte aligned (the weights are cudaMalloc'ed, offsets
   // multiples of 16 bytes' worth of elements).
@@ -320,7 +369,11 @@ __device__ __forceinline__ void load_f32x(const float* __restrict__ src, float* 
 // of its passes in registers, the row's sum of squares reduced through shared memory
 // with one barrier a row; the block's next row loads while this one is reduced and
 // stored (two register buffers, as in kPipelined).
-enum Walk : int { kPlain = 0, kPipelined = 1, kStaged = 2, kBlockRows = 3 };
+// kFlat (every norm kind, any head_dim): a block a row, thread t owning the row's 16-byte
+// chunks t, t + 128, ... across head boundaries, so that every lane carries data where
+// lane groups of G lanes a head leave 32 mod G idle (head_dim 72: 5 of 32 at 16-bit
+// types, 14 of 32 at fp32); per-head sums through shared memory (see flat_rows).
+enum Walk : int { kPlain = 0, kPipelined = 1, kStaged = 2, kBlockRows = 3, kFlat = 4 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -329,6 +382,42 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int kN>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kN) : "memory"); }
+
+// Rows first, first + step, ... (first and step uniform across the block) with two
+// register buffers in turn: the next row loads into one while the current one, in the
+// other, is reduced and stored. load(r, buf) loads row r (nothing past the last row);
+// row(r, buf, parity) computes and stores it, parity alternating row by row (for shared
+// memory kept per row parity: a barrier a row then keeps two rows' uses apart).
+template <typename Buf, typename Load, typename Row>
+__device__ __forceinline__ void walk_two_buffers(int64_t r, int64_t step, int64_t rows, Buf& a, Buf& b,
+                                                 const Load& load, const Row& row) {
+  int parity = 0;
+  load(r, a);
+  while (r < rows) {
+    load(r + step, b);
+    row(r, a, parity);
+    parity ^= 1;
+    r += step;
+    if (r >= rows) break;
+    load(r + step, a);
+    row(r, b, parity);
+    parity ^= 1;
+    r += step;
+  }
+}
+
+// The block's sum of every thread's s (one barrier): each warp's sum into red (a row
+// parity's slots, so that a barrier a row keeps two rows apart), then the warps' sums in
+// the same order on every warp.
+__device__ __forceinline__ float block_sum(float s, float (&red)[kRowWarps]) {
+  s = warp_sum(s);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kRowWarps; ++w) total += red[w];
+  return total;
+}
 
 // One view's rows for the vector kernel: where they are, where moved heads go, their
 // positions and norm weights. A launch takes one or two (Q and K in one launch).
@@ -351,17 +440,21 @@ __device__ __forceinline__ T pick2(bool second, T a, T b) {
   return second ? b : a;
 }
 
-template <typename T, int kNorm, int kCPL, int kNB, int kWalk>
-__global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(const RowSets<T> sets, int64_t rows, int heads,
-                                                                         int G, int rope, float eps, float theta) {
-  // Two views (Q and K) in one launch: the grid's first half walks the first view's rows,
-  // the second half the second's; every warp keeps to one view (its weights loaded once).
-  // One launch instead of two: one ramp-up and one drain of the grid, not two.
-  // The view's fields, selected at run time, live in registers where the parameters of
-  // one view were read from the constant bank: nvcc -Xptxas -v (sm_90, against cdebad3)
-  // shows the layer's picks unchanged or lower (LayerNorm's two-pass variance: 117-166 ->
-  // 90-128), but some walks the layer does not pick higher: across-heads plain 12 at
-  // 16-bit 119 -> 168, fp32 114 -> 128; RoPE-only plain 12 at 16-bit 96 -> 110.
+// The view a block walks, its fields selected at run time. Two views (Q and K) in one
+// launch: the grid's first half walks the first view's rows, the second half the
+// second's; every warp keeps to one view (its weights loaded once). One launch instead of
+// two: one ramp-up and one drain of the grid, not two.
+// The view's fields, selected at run time, live in registers where the parameters of
+// one view were read from the constant bank: nvcc -Xptxas -v (sm_90, against cdebad3)
+// shows the layer's picks unchanged or lower (LayerNorm's two-pass variance: 117-166 ->
+// 90-128), but some walks the layer does not pick higher: across-heads plain 12 at
+// 16-bit 119 -> 168, fp32 114 -> 128; RoPE-only plain 12 at 16-bit 96 -> 110.
+template <typename T>
+struct BlockView : RowSet<T> {
+  unsigned block, grid;  // this block's index within its view's half of the grid, and that half's size
+};
+template <typename T>
+__device__ __forceinline__ BlockView<T> block_view(const RowSets<T>& sets) {
   const unsigned half_grid = sets.n == 2 ? (gridDim.x + 1) / 2 : gridDim.x;
   const bool second = blockIdx.x >= half_grid;
   const unsigned block = second ? blockIdx.x - half_grid : blockIdx.x;
@@ -377,8 +470,22 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(const Ro
   pl.out_row_pitch = pick2(second, sets.s0.pl.out_row_pitch, sets.s1.pl.out_row_pitch);
   pl.out_batch_pitch = pick2(second, sets.s0.pl.out_batch_pitch, sets.s1.pl.out_batch_pitch);
   const int64_t pos_offset = pick2(second, sets.s0.pos_offset, sets.s1.pos_offset);
-  const float* __restrict__ gamma = pick2(second, sets.s0.gamma, sets.s1.gamma);
-  const float* __restrict__ beta = pick2(second, sets.s0.beta, sets.s1.beta);
+  const float* gamma = pick2(second, sets.s0.gamma, sets.s1.gamma);
+  const float* beta = pick2(second, sets.s0.beta, sets.s1.beta);
+  return {{data, out, pl, pos_offset, gamma, beta}, block, grid};
+}
+
+template <typename T, int kNorm, int kCPL, int kNB, int kWalk>
+__global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(const RowSets<T> sets, int64_t rows, int heads,
+                                                                         int G, int rope, float eps, float theta) {
+  const BlockView<T> bv = block_view(sets);
+  const unsigned block = bv.block, grid = bv.grid;
+  T* const data = bv.data;
+  T* const out = bv.out;
+  const RowPlace pl = bv.pl;
+  const int64_t pos_offset = bv.pos_offset;
+  const float* __restrict__ gamma = bv.gamma;
+  const float* __restrict__ beta = bv.beta;
   constexpr int norm = kNorm;  // a template parameter: no branches, no registers for other kinds
   using V = Vec<T>;
   constexpr int kVE = V::kVE;
@@ -444,58 +551,28 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(const Ro
     for (int j = 0; j < kCPL; ++j) {
       if (!has[j]) continue;
       const int e0 = (cl + G * j) * kVE;
-      float f[kVE];
-      v[j].to_floats(f);
+      const float* g = g_own[0][j];
+      float g_row[kVE];  // across heads: this head's weights
       if constexpr (norm == static_cast<int>(NormKind::kRmsAcrossHeads)) {
-        float g[kVE];
-        load_f32x(gamma + static_cast<int64_t>(h) * D + e0, g, kVE);
-#pragma unroll
-        for (int i = 0; i < kVE; ++i) f[i] = f[i] * rinv * g[i];
-      } else if constexpr (norm == static_cast<int>(NormKind::kRmsPerHead)) {
-#pragma unroll
-        for (int i = 0; i < kVE; ++i) f[i] = f[i] * rinv * g_own[0][j][i];
-      } else if constexpr (norm == static_cast<int>(NormKind::kLayerPerHead)) {
-#pragma unroll
-        for (int i = 0; i < kVE; ++i) f[i] = (f[i] - mu) * rinv * g_own[0][j][i] + b_own[j][i];
+        load_f32x(gamma + static_cast<int64_t>(h) * D + e0, g_row, kVE);
+        g = g_row;
       }
-      if (rope) {
-#pragma unroll
-        for (int q = 0; q < kPairs; ++q) {
-          const float a = f[2 * q], b = f[2 * q + 1];
-          f[2 * q] = a * cs[j][q] - b * sn[j][q];
-          f[2 * q + 1] = a * sn[j][q] + b * cs[j][q];
-        }
-      }
-      v[j].from_floats(f);
+      finish_chunk<T, kNorm>(v[j], g, b_own[j], mu, rinv, rope, cs[j], sn[j]);
       *reinterpret_cast<uint4*>(dst + e0) = v[j].raw;
     }
   };
   // Sums of (x - c) and (x - c)^2 over one pass's values on this lane.
   auto lane_sums = [&](const V (&v)[kCPL], float c, float& s1, float& s2) {
 #pragma unroll
-    for (int j = 0; j < kCPL; ++j) {
-      if (!has[j]) continue;
-      float f[kVE];
-      v[j].to_floats(f);
-#pragma unroll
-      for (int i = 0; i < kVE; ++i) {
-        const float d = f[i] - c;
-        s1 += d;
-        s2 += d * d;
-      }
-    }
+    for (int j = 0; j < kCPL; ++j)
+      if (has[j]) chunk_sums(v[j], c, s1, s2);
   };
 
   // Sum of one pass's values on this lane.
   auto lane_sums1 = [&](const V (&v)[kCPL], float& s1) {
 #pragma unroll
-    for (int j = 0; j < kCPL; ++j) {
-      if (!has[j]) continue;
-      float f[kVE];
-      v[j].to_floats(f);
-#pragma unroll
-      for (int i = 0; i < kVE; ++i) s1 += f[i];
-    }
+    for (int j = 0; j < kCPL; ++j)
+      if (has[j]) chunk_sum1(v[j], s1);
   };
 
   // A row's place (input, target) and its RoPE angles: once per row.
@@ -588,33 +665,14 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(const Ro
     };
     auto do_row = [&](int64_t rr, V (&v)[kNB][kCPL], int parity) {
       begin_row(rr);
-      float s1 = 0.0f, s2[1] = {0.0f};
+      float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
-      for (int p = 0; p < kNB; ++p) lane_sums(v[p], 0.0f, s1, s2[0]);
-      warp_sums(s2);
-      if (lane == 0) red[parity][wi] = s2[0];
-      __syncthreads();
-      float total = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kRowWarps; ++w) total += red[parity][w];  // the same order on every warp
-      const float rinv = rsqrtf(total * inv_n + eps);
+      for (int p = 0; p < kNB; ++p) lane_sums(v[p], 0.0f, s1, s2);
+      const float rinv = rsqrtf(block_sum(s2, red[parity]) * inv_n + eps);
 #pragma unroll
       for (int p = 0; p < kNB; ++p) finish(p_first + p, v[p], 0.0f, rinv);
     };
-    int64_t r = block;
-    int parity = 0;
-    load_item(r, a);
-    while (r < rows) {
-      load_item(r + grid, b);
-      do_row(r, a, parity);
-      parity ^= 1;
-      r += grid;
-      if (r >= rows) break;
-      load_item(r + grid, a);
-      do_row(r, b, parity);
-      parity ^= 1;
-      r += grid;
-    }
+    walk_two_buffers(block, grid, rows, a, b, load_item, do_row);
   } else if constexpr (kWalk == kStaged) {
     // Two row buffers per warp in shared memory; lane l copies and later reads back only
     // its own chunks (the same lane/chunk map as the register walks), so the copies need
@@ -765,6 +823,227 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(const Ro
   }
 }
 
+// --- the flat walk (kFlat): a block a row, every thread's chunks across head boundaries.
+//
+// Thread t of the block's 128 owns chunks t, t + 128, ..., t + 128 (kNB - 1) of the row
+// (those before its end): every lane carries data, whatever a head's chunk count. A
+// thread owns the same chunks of every row, so their heads and places within the head
+// are worked out once. Per-head sums through shared memory: each chunk's partial, a
+// barrier, each head's sum by one thread over the head's partials in a fixed order (no
+// atomics: the same result every run and on every walk of the same row), a barrier, read
+// back by the chunks' threads; LayerNorm does this twice (the mean, then the sum of
+// squares about it: the two-pass variance, as per_head_batch explains). Across-heads RMS:
+// warp sums, then the block's four (one barrier, as kBlockRows). The row's RoPE cos/sin
+// are tabulated in shared memory once a row (D/2 sincosf a row, by D/2 threads) and read
+// by every chunk; the per-head norms' weights are copied there once. The next row loads
+// into registers while this one is reduced and stored (walk_two_buffers): rows of at most
+// 128 kNB chunks.
+
+// The flat walk's dynamic shared memory, in floats (every part 16-byte aligned): the
+// per-head norms' weights (gamma; beta for LayerNorm), the RoPE table (the row's D/2 cos,
+// then their sin; two rows' worth, by row parity), the per-head norms' chunk partials (a
+// row's chunks) and head sums.
+struct FlatSmem {
+  int g, b, tab, part, hs, floats;
+};
+__host__ __device__ inline int round_up4(int n) { return (n + 3) & ~3; }
+__host__ __device__ inline FlatSmem flat_smem(int D, int heads, int row_chunks, int norm) {
+  const bool layer = norm == static_cast<int>(NormKind::kLayerPerHead);
+  const bool per_head = layer || norm == static_cast<int>(NormKind::kRmsPerHead);
+  FlatSmem m{};
+  m.g = 0;
+  m.b = m.g + (per_head ? round_up4(D) : 0);
+  m.tab = m.b + (layer ? round_up4(D) : 0);
+  m.part = m.tab + 2 * round_up4(D);
+  m.hs = m.part + (per_head ? round_up4(row_chunks) : 0);
+  m.floats = m.hs + (per_head ? round_up4(heads) : 0);
+  return m;
+}
+
+// n floats from 16-byte (n % 4 == 0) or 8-byte aligned shared memory.
+template <int kN>
+__device__ __forceinline__ void load_shared_f32(const float* src, float (&dst)[kN]) {
+  if constexpr (kN % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < kN; i += 4) {
+      const float4 q = *reinterpret_cast<const float4*>(src + i);
+      dst[i] = q.x, dst[i + 1] = q.y, dst[i + 2] = q.z, dst[i + 3] = q.w;
+    }
+  } else {
+    static_assert(kN % 2 == 0, "pairs of floats");
+#pragma unroll
+    for (int i = 0; i < kN; i += 2) {
+      const float2 q = *reinterpret_cast<const float2*>(src + i);
+      dst[i] = q.x, dst[i + 1] = q.y;
+    }
+  }
+}
+
+template <typename T, int kNorm, int kNB>
+__device__ __forceinline__ void flat_rows(const BlockView<T>& bv, int64_t rows, int heads, int rope, float eps,
+                                          float theta) {
+  using V = Vec<T>;
+  constexpr int kVE = V::kVE, kPairs = kVE / 2, kNT = kRowWarps * 32;
+  constexpr bool across = kNorm == static_cast<int>(NormKind::kRmsAcrossHeads);
+  constexpr bool layer = kNorm == static_cast<int>(NormKind::kLayerPerHead);
+  constexpr bool per_head = layer || kNorm == static_cast<int>(NormKind::kRmsPerHead);
+  extern __shared__ uint4 flat_mem[];
+  float* const sm = reinterpret_cast<float*>(flat_mem);
+  __shared__ float red[2][kRowWarps];  // across heads: the warps' sums, per row parity
+  T* const data = bv.data;
+  const RowPlace& pl = bv.pl;
+  const float* __restrict__ gamma = bv.gamma;
+  const int t = threadIdx.x;
+  const int D = pl.head_dim, half = D / 2, cph = D / kVE, row_chunks = heads * cph;
+  const FlatSmem lay = flat_smem(D, heads, row_chunks, kNorm);
+  if constexpr (per_head) {
+    for (int i = t; i < D; i += kNT) {
+      sm[lay.g + i] = gamma[i];
+      if constexpr (layer) sm[lay.b + i] = bv.beta[i];
+    }
+  }
+  // The RoPE frequencies this thread tabulates each row: pairs t and t + 128 (head_dim <=
+  // 512).
+  float th[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int i = t + kNT * k;
+    th[k] = rope && i < half ? powf(theta, -(2.0f * static_cast<float>(i)) / static_cast<float>(D)) : 0.0f;
+  }
+  // This thread's chunks: their head (heads or more: past the row's end) and their chunk
+  // within it.
+  int hd[kNB], wc[kNB];
+#pragma unroll
+  for (int p = 0; p < kNB; ++p) {
+    const int c = t + kNT * p;
+    hd[p] = c / cph;
+    wc[p] = c - hd[p] * cph;
+  }
+  auto has = [&](int p) { return hd[p] < heads; };
+  __syncthreads();  // the weights
+  const float inv_d = 1.0f / static_cast<float>(D);
+  const float inv_n = 1.0f / (static_cast<float>(heads) * static_cast<float>(D));
+
+  auto load_item = [&](int64_t rr, V (&v)[kNB]) {
+    if (rr >= rows) return;
+    const uint4* xr = reinterpret_cast<const uint4*>(data + rr * pl.row_pitch);
+#pragma unroll
+    for (int p = 0; p < kNB; ++p) {
+      v[p].raw = make_uint4(0, 0, 0, 0);
+      if (has(p)) v[p].raw = __ldg(xr + t + kNT * p);
+    }
+  };
+  // s[p] (chunk p's partial) becomes the sum over chunk p's head. Each head's thread
+  // starts at a different partial (h mod cph) so that the head threads of a warp read
+  // different banks where cph is a multiple of 32's factors (head_dim 64, 128).
+  auto head_sums = [&](float (&s)[kNB]) {
+    float* const part = sm + lay.part;
+    float* const hs = sm + lay.hs;
+#pragma unroll
+    for (int p = 0; p < kNB; ++p)
+      if (has(p)) part[t + kNT * p] = s[p];
+    __syncthreads();
+    for (int h = t; h < heads; h += kNT) {
+      const float* q = part + h * cph;
+      int k = h % cph;
+      float a = 0.0f;
+      for (int i = 0; i < cph; ++i) {
+        a += q[k];
+        k = k + 1 == cph ? 0 : k + 1;
+      }
+      hs[h] = a;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int p = 0; p < kNB; ++p) s[p] = has(p) ? hs[hd[p]] : 0.0f;
+  };
+  auto do_row = [&](int64_t rr, V (&v)[kNB], int parity) {
+    T* const x = data + rr * pl.row_pitch;
+    T* const out_row = out_row_of(bv.out, pl, rr);
+    float* const tab = sm + lay.tab + parity * D;  // this row's cos (pairs 0 .. half - 1), then sin
+    if (rope) {
+      const float pos = static_cast<float>(bv.pos_offset + rr % pl.tokens_per_batch);
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int i = t + kNT * k;
+        if (i < half) sincosf(pos * th[k], &tab[half + i], &tab[i]);
+      }
+    }
+    float mu[kNB], rinv[kNB];
+#pragma unroll
+    for (int p = 0; p < kNB; ++p) mu[p] = 0.0f, rinv[p] = 1.0f;
+    if constexpr (across) {
+      float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+      for (int p = 0; p < kNB; ++p)
+        if (has(p)) chunk_sums(v[p], 0.0f, s1, s2);
+      const float r = rsqrtf(block_sum(s2, red[parity]) * inv_n + eps);
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) rinv[p] = r;
+    } else if constexpr (per_head) {
+      float s[kNB];
+      if constexpr (layer) {
+#pragma unroll
+        for (int p = 0; p < kNB; ++p) {
+          s[p] = 0.0f;
+          if (has(p)) chunk_sum1(v[p], s[p]);
+        }
+        head_sums(s);
+#pragma unroll
+        for (int p = 0; p < kNB; ++p) mu[p] = s[p] * inv_d;
+      }
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) {
+        float d1 = 0.0f;
+        s[p] = 0.0f;
+        if (has(p)) chunk_sums(v[p], mu[p], d1, s[p]);
+      }
+      head_sums(s);
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) rinv[p] = rsqrtf(s[p] * inv_d + eps);
+    } else {
+      __syncthreads();  // the RoPE table (no norm: the row's only barrier)
+    }
+#pragma unroll
+    for (int p = 0; p < kNB; ++p) {
+      if (!has(p)) continue;
+      const int e0 = wc[p] * kVE;
+      float g[kVE] = {}, b[kVE] = {}, cs[kPairs] = {}, sn[kPairs] = {};
+      if constexpr (across) load_f32x(gamma + static_cast<int64_t>(t + kNT * p) * kVE, g, kVE);
+      if constexpr (per_head) load_shared_f32(sm + lay.g + e0, g);
+      if constexpr (layer) load_shared_f32(sm + lay.b + e0, b);
+      if (rope) {
+        load_shared_f32(tab + wc[p] * kPairs, cs);
+        load_shared_f32(tab + half + wc[p] * kPairs, sn);
+      }
+      finish_chunk<T, kNorm>(v[p], g, b, mu[p], rinv[p], rope, cs, sn);
+      *reinterpret_cast<uint4*>(head_dst(x, out_row, pl, hd[p]) + e0) = v[p].raw;
+    }
+  };
+  V a[kNB], b[kNB];
+  walk_two_buffers(bv.block, bv.grid, rows, a, b, load_item, do_row);
+}
+
+// Blocks a multiprocessor the flat walk asks ptxas to fit (a register cap of 65536 / (128
+// blocks)): left to itself, ptxas hoists every chunk's table and weight reads ahead of the
+// stores (kNB 6: 114-161 registers a thread, kNB 12: 164-218). 8 blocks of 3 chunks a
+// thread (64 registers) or 4 of 6 (128): a row of 6 or 12 KB loading per block, 48 KB a
+// multiprocessor either way.
+constexpr int flat_min_blocks(int nb) { return nb <= 3 ? 8 : nb <= 6 ? 4 : 2; }
+
+template <typename T, int kNorm, int kNB>
+__global__ void __launch_bounds__(kRowWarps * 32, flat_min_blocks(kNB))
+    norm_rope_flat_kernel(const RowSets<T> sets, int64_t rows, int heads, int /*G*/, int rope, float eps, float theta) {
+  flat_rows<T, kNorm, kNB>(block_view(sets), rows, heads, rope, eps, theta);
+}
+
+// The kernel of a walk: the flat walk's own, the others' shared one.
+template <typename T, int kNorm, int kCPL, int kNB, int kWalk>
+constexpr auto rows_kernel() {
+  if constexpr (kWalk == kFlat) return norm_rope_flat_kernel<T, kNorm, kNB>;
+  else return norm_rope_rows_kernel<T, kNorm, kCPL, kNB, kWalk>;
+}
+
 thread_local NormRopeLaunchInfo last_launch;
 
 template <typename T, bool kPaired, int kPPL>
@@ -788,9 +1067,12 @@ template <typename T, int kNorm, int kCPL, int kNB, int kWalk = kPlain>
 void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView& x, const NormRopeParams& p, int G,
                            const char* name) {
   const int64_t rows = x.batch * x.tokens_per_batch;
-  auto* kernel = norm_rope_rows_kernel<T, kNorm, kCPL, kNB, kWalk>;
-  // The staged walk's two row buffers per warp.
-  const size_t smem = kWalk == kStaged ? size_t(2) * kRowWarps * x.heads * x.head_dim * sizeof(T) : 0;
+  auto* kernel = rows_kernel<T, kNorm, kCPL, kNB, kWalk>();
+  // The staged walk's two row buffers per warp; the flat walk's tables and sums.
+  const int row_chunks = x.heads * (x.head_dim / Vec<T>::kVE);
+  const size_t smem = kWalk == kStaged ? size_t(2) * kRowWarps * x.heads * x.head_dim * sizeof(T)
+                      : kWalk == kFlat ? sizeof(float) * flat_smem(x.head_dim, x.heads, row_chunks, kNorm).floats
+                                       : 0;
   // As many blocks as stay resident at once (asked once per kernel and shared-memory
   // size), at most one warp per row.
   static int resident = 0, per_sm = 0, regs = 0;
@@ -809,9 +1091,10 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
     resident = std::max(1, sms * per_sm);
     resident_smem = smem;
   }
-  // Two views: half the resident grid each (at least a block each). The block walk takes
-  // a block a row, the others a warp a row.
-  const int64_t want = sets.n * (kWalk == kBlockRows ? rows : (rows + kRowWarps - 1) / kRowWarps);
+  // Two views: half the resident grid each (at least a block each). The block and flat
+  // walks take a block a row, the others a warp a row.
+  const bool block_a_row = kWalk == kBlockRows || kWalk == kFlat;
+  const int64_t want = sets.n * (block_a_row ? rows : (rows + kRowWarps - 1) / kRowWarps);
   const unsigned blocks = static_cast<unsigned>(std::max<int64_t>(sets.n, std::min<int64_t>(want, resident)));
   kernel<<<blocks, kRowWarps * 32, smem, s>>>(sets, rows, x.heads, G, static_cast<int>(p.rope), p.eps, p.rope_theta);
   // Bytes in flight per warp: the staged walk's next row; a register walk's batch of
@@ -819,10 +1102,12 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
   const int hpw = 32 / G, passes = (x.heads + hpw - 1) / hpw;
   const size_t row_bytes = static_cast<size_t>(x.heads) * x.head_dim * sizeof(T);
   const size_t batch_bytes = static_cast<size_t>(std::min(passes, kNB)) * hpw * G * kCPL * 16;
-  // (The block walk: a warp's share of a row, kNB passes.)
+  // (The block walk: a warp's share of a row, kNB passes; the flat walk: a quarter of a
+  // row.)
+  const size_t flat_bytes = std::min(row_bytes, static_cast<size_t>(kNB) * kRowWarps * 32 * 16) / kRowWarps;
   last_launch = {std::string(name) + (sets.n == 2 ? ", Q+K one launch" : ""), static_cast<int>(blocks), kRowWarps * 32,
                  per_sm, regs, smem,
-                 std::min(row_bytes, kWalk == kStaged ? row_bytes : batch_bytes)};
+                 std::min(row_bytes, kWalk == kStaged ? row_bytes : kWalk == kFlat ? flat_bytes : batch_bytes)};
 }
 
 // Whether the staged walk's buffers (two rows per warp) fit a block's shared memory.
@@ -835,10 +1120,25 @@ bool staged_fits(const QkView& x) {
 // software-pipelined walk (two batches of `pipe` passes, the next in flight while the
 // current is computed) for per-head norms and RoPE only: 4, 6 or 8; 0 off; -1 picks.
 // staged: the shared-memory staged walk with batches of 4 or 8 passes; 0 off; -1 picks.
+// pipe kNormRopeFlatPipe: the flat walk, by name only.
 template <typename T, int kNorm>
 void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x, const NormRopeParams& p, int chunks,
                          int batch, int pipe, int staged) {
   const int G = chunks <= 32 ? chunks : 32;  // lanes per head
+  if (pipe == kNormRopeFlatPipe) {
+    // The flat walk (kFlat) is not the layer's pick anywhere: bench_kernels measures it in
+    // its "(vector, flat)" rows beside the pick, which takes it only where an H200
+    // measurement has shown it faster. Chunks a thread: 3 for the benchmark's 16-bit rows
+    // (378-384 chunks), 6 for its fp32 rows.
+    const int row_chunks = x.heads * chunks, per_thread = (row_chunks + kRowWarps * 32 - 1) / (kRowWarps * 32);
+    UIPC_CHECK(per_thread <= 12, "norm_rope: the flat walk takes rows of at most " +
+                                     std::to_string(12 * kRowWarps * 32) + " 16-byte chunks, not " +
+                                     std::to_string(row_chunks));
+    if (per_thread <= 3) norm_rope_rows_launch<T, kNorm, 1, 3, kFlat>(s, sets, x, p, G, "flat 3");
+    else if (per_thread <= 6) norm_rope_rows_launch<T, kNorm, 1, 6, kFlat>(s, sets, x, p, G, "flat 6");
+    else norm_rope_rows_launch<T, kNorm, 1, 12, kFlat>(s, sets, x, p, G, "flat 12");
+    return;
+  }
   const int passes = (x.heads + 32 / G - 1) / (32 / G);
   constexpr bool across = kNorm == static_cast<int>(NormKind::kRmsAcrossHeads);
   const bool forced = batch != 0 || pipe >= 0;  // a register walk asked for by name
@@ -1146,8 +1446,11 @@ namespace {
 // The arguments' checks; false when there is nothing to do (neither norm nor RoPE).
 bool norm_rope_args_ok(const QkView& x, const NormRopeParams& p, int batch, int pipe, int staged) {
   UIPC_CHECK(batch == 0 || batch == 8 || batch == 12, "norm_rope: batch must be 0, 8 or 12");
-  UIPC_CHECK(pipe == -1 || pipe == 0 || pipe == 4 || pipe == 6 || pipe == 8 || pipe == 12 || pipe == 16,
-             "norm_rope: pipe must be -1, 0, 4, 6, 8, 12 or 16 (12, 16: across-heads RMS only)");
+  UIPC_CHECK(pipe == -1 || pipe == 0 || pipe == 4 || pipe == 6 || pipe == 8 || pipe == 12 || pipe == 16 ||
+                 pipe == kNormRopeFlatPipe,
+             "norm_rope: pipe must be -1, 0, 4, 6, 8, 12, 16 (12, 16: across-heads RMS only) or " +
+                 std::to_string(kNormRopeFlatPipe) + " (the flat walk)");
+  UIPC_CHECK(pipe != kNormRopeFlatPipe || batch == 0, "norm_rope: the flat walk excludes batch");
   UIPC_CHECK((pipe != 12 && pipe != 16) || p.norm == NormKind::kRmsAcrossHeads,
              "norm_rope: pipe 12 and 16 are across-heads walks");
   UIPC_CHECK(staged == -1 || staged == 0 || staged == 4 || staged == 8, "norm_rope: staged must be -1, 0, 4 or 8");

@@ -180,7 +180,10 @@ void norm_rope_ref(std::vector<double>& x, int heads, int D, int64_t pos, NormKi
 // One norm+RoPE check: a view (the K part of a fused QKV row, pitch 3*H*D, or a separate
 // contiguous tensor), optionally with heads [hb, hb+hn) going to a final-layout target
 // (B, 3*S, hn, D) at tokens [S, 2S), on the kernel `which`, against the float64 reference;
-// every byte the kernel must not write is checked unchanged.
+// every byte the kernel must not write is checked unchanged. With `qk`, Q and K in one
+// launch (launch_norm_rope_qk): Q the first part of the fused row (or a separate tensor,
+// K's rows after Q's), its own weights and positions, its moved heads at tokens [0, S) of
+// the same target; both views against the reference.
 struct NormRopeCheck {
   DType dt;
   int D, H;
@@ -196,6 +199,7 @@ struct NormRopeCheck {
   // Every head: its first value 2, the others within +-0.01 (a head with one outlier:
   // the mean far from the first value, a small variance).
   bool outlier = false;
+  bool qk = false;  // Q and K in one launch
 };
 
 void run_norm_rope_check(CudaKernelsTest& t, const NormRopeCheck& c) {
@@ -204,87 +208,108 @@ void run_norm_rope_check(CudaKernelsTest& t, const NormRopeCheck& c) {
                (c.fused ? " fused" : " separate") + (c.slice_out ? " +slice" : "") + " kernel=" +
                (c.which == NormRopeKernel::kVector ? "vector" : c.which == NormRopeKernel::kGeneral ? "general" : "auto") +
                " pipe=" + std::to_string(c.pipe) + " staged=" + std::to_string(c.staged) + " B=" + std::to_string(c.B) +
-               " S=" + std::to_string(c.S));
-  const int64_t B = c.B, S = c.S, pos0 = 100;
-  const int H = c.H, D = c.D;
+               " S=" + std::to_string(c.S) + (c.qk ? " Q+K" : ""));
+  const int64_t B = c.B, S = c.S, pos0 = 100, rows = B * S;
+  const int H = c.H, D = c.D, nv = c.qk ? 2 : 1;
   const int64_t width = static_cast<int64_t>(H) * D, pitch = c.fused ? 3 * width : width;
-  const int64_t col0 = c.fused ? width : 0;  // where the view starts within a row
+  // View j's first element (one view: K's place) and, for a moved head, its target token slot.
+  auto slot = [&](int j) { return c.qk ? j : 1; };
+  auto at = [&](int j, int64_t m, int64_t ve) -> size_t {
+    return c.fused ? m * pitch + slot(j) * width + ve : (j * rows + m) * width + ve;
+  };
   const int hb = c.slice_out ? H / 3 : 0, hn = c.slice_out ? std::max(1, H / 3) : 0;
   const int64_t seq = 3 * S;
-  HostTensor qkv(c.dt, B * S * pitch);
+  HostTensor qkv(c.dt, c.fused ? rows * pitch : nv * rows * width);
   t.fill(qkv, -2, 2);
   if (c.outlier)
-    for (int64_t m = 0; m < B * S; ++m)
-      for (int64_t e = 0; e < width; ++e) {
-        const size_t i = m * pitch + col0 + e;
-        qkv.set(i, e % D == 0 ? 2.0f : 0.005f * qkv.get(i));
-      }
+    for (int j = 0; j < nv; ++j)
+      for (int64_t m = 0; m < rows; ++m)
+        for (int64_t e = 0; e < width; ++e) qkv.set(at(j, m, e), e % D == 0 ? 2.0f : 0.005f * qkv.get(at(j, m, e)));
   HostTensor target(c.dt, c.slice_out ? B * seq * hn * D : 1);  // all 0xFF: NaN
   const int gn = c.norm == NormKind::kRmsAcrossHeads ? H * D : D;
-  std::vector<float> gamma(gn), beta(D);
-  for (auto& g : gamma) g = 1.0f + 0.25f * t.uniform(-1, 1);
-  for (auto& b : beta) b = 0.25f * t.uniform(-1, 1);
+  std::vector<std::vector<float>> gamma(nv, std::vector<float>(gn)), beta(nv, std::vector<float>(D));
+  for (int j = 0; j < nv; ++j) {
+    for (auto& g : gamma[j]) g = 1.0f + 0.25f * t.uniform(-1, 1);
+    for (auto& b : beta[j]) b = 0.25f * t.uniform(-1, 1);
+  }
   auto dq = t.upload(qkv), dt_ = t.upload(target);
-  auto dg = t.upload_f32(gamma), db = t.upload_f32(beta);
+  std::vector<DeviceBuffer> dg, db;
   const size_t es = dtype_size(c.dt);
-  QkView view;
-  view.data = static_cast<char*>(dq.get()) + col0 * es;
-  view.row_pitch = pitch;
-  view.batch = B;
-  view.tokens_per_batch = S;
-  view.pos_offset = pos0;
-  view.heads = H;
-  view.head_dim = D;
-  if (c.slice_out)
-    view.out = HeadSliceOut{static_cast<char*>(dt_.get()) + S * hn * D * es, hb, hn, hn * static_cast<int64_t>(D),
-                            seq * hn * D};
-  NormRopeParams p;
-  p.norm = c.norm;
-  p.rope = c.rope ? RopeKind::k1D : RopeKind::kNone;
-  p.eps = 1e-6f;
-  p.rope_theta = 10000.0f;
-  p.gamma = dg.as<float>();
-  p.beta = db.as<float>();
-  launch_norm_rope(static_cast<cudaStream_t>(t.stream_->native()), view, c.dt, p, c.which, 0, c.pipe, c.staged);
+  QkView views[2];
+  NormRopeParams ps[2];
+  for (int j = 0; j < nv; ++j) {
+    dg.push_back(t.upload_f32(gamma[j]));
+    db.push_back(t.upload_f32(beta[j]));
+    QkView& view = views[j];
+    view.data = static_cast<char*>(dq.get()) + at(j, 0, 0) * es;
+    view.row_pitch = pitch;
+    view.batch = B;
+    view.tokens_per_batch = S;
+    view.pos_offset = pos0 + 7 * j;
+    view.heads = H;
+    view.head_dim = D;
+    if (c.slice_out)
+      view.out = HeadSliceOut{static_cast<char*>(dt_.get()) + slot(j) * S * hn * D * es, hb, hn,
+                              hn * static_cast<int64_t>(D), seq * hn * D};
+    NormRopeParams& p = ps[j];
+    p.norm = c.norm;
+    p.rope = c.rope ? RopeKind::k1D : RopeKind::kNone;
+    p.eps = 1e-6f;
+    p.rope_theta = 10000.0f;
+    p.gamma = dg.back().as<float>();
+    p.beta = db.back().as<float>();
+  }
+  const auto cs = static_cast<cudaStream_t>(t.stream_->native());
+  if (c.qk)
+    launch_norm_rope_qk(cs, views[0], ps[0], views[1], ps[1], c.dt, c.which, 0, c.pipe, c.staged);
+  else
+    launch_norm_rope(cs, views[0], c.dt, ps[0], c.which, 0, c.pipe, c.staged);
   t.stream_->synchronize();
-  HostTensor got(c.dt, B * S * pitch), got_target(c.dt, target.size());
+  HostTensor got(c.dt, qkv.size()), got_target(c.dt, target.size());
   t.download(got, dq);
   t.download(got_target, dt_);
   const double u = unit_roundoff(c.dt);
   auto same = [&](const HostTensor& a, const HostTensor& b, size_t i) {
     return std::memcmp(&a.bytes[i * es], &b.bytes[i * es], es) == 0;
   };
-  for (int64_t m = 0; m < B * S; ++m) {
-    const int64_t b = m / S, tok = m % S;
-    std::vector<double> row(width);
-    for (int64_t e = 0; e < width; ++e) row[e] = qkv.get(m * pitch + col0 + e);
-    norm_rope_ref(row, H, D, pos0 + tok, c.norm, c.rope, p.eps, p.rope_theta, gamma, beta);
-    for (int64_t e = 0; e < pitch; ++e) {
-      const size_t idx = m * pitch + e;
-      const int64_t ve = e - col0;  // element within the view's row
-      const int h = ve >= 0 && ve < width ? static_cast<int>(ve / D) : -1;
-      const bool moved = h >= hb && h < hb + hn;
-      if (h < 0 || moved) {  // other parts of the row, and the moved heads' source: untouched
-        ASSERT_TRUE(same(got, qkv, idx)) << "norm_rope wrote outside its view (or a moved head in place) at row "
-                                         << m << " element " << e;
-        if (h < 0) continue;
+  std::vector<char> in_view(qkv.size(), 0), in_target(target.size(), 0);
+  for (int j = 0; j < nv; ++j) {
+    for (int64_t m = 0; m < rows; ++m) {
+      const int64_t b = m / S, tok = m % S;
+      std::vector<double> row(width);
+      for (int64_t e = 0; e < width; ++e) row[e] = qkv.get(at(j, m, e));
+      norm_rope_ref(row, H, D, views[j].pos_offset + tok, c.norm, c.rope, ps[j].eps, ps[j].rope_theta, gamma[j],
+                    beta[j]);
+      for (int64_t ve = 0; ve < width; ++ve) {
+        const size_t idx = at(j, m, ve);
+        in_view[idx] = 1;
+        const int h = static_cast<int>(ve / D);
+        const bool moved = h >= hb && h < hb + hn;
+        const size_t tidx = moved ? ((b * seq + slot(j) * S + tok) * hn + (h - hb)) * D + ve % D : 0;
+        if (moved) {  // the moved heads' source: untouched
+          in_target[tidx] = 1;
+          ASSERT_TRUE(same(got, qkv, idx)) << "norm_rope wrote a moved head in place: view " << j << " row " << m
+                                           << " element " << ve;
+        }
+        const double ref = row[ve];
+        const double fp32 = 4e-5 * (1.0 + std::fabs(ref));  // fp32 sums, sqrt, sincos at |angle| < 200
+        const double tol = fp32 + u * (std::fabs(ref) + fp32) + abs_floor(c.dt);
+        const double g = moved ? got_target.get(tidx) : got.get(idx);
+        ASSERT_TRUE(std::isfinite(g)) << "view " << j << " row " << m << " element " << ve
+                                      << (moved ? " (in the target)" : "");
+        ASSERT_LE(std::fabs(g - ref), tol) << "view " << j << " row " << m << " element " << ve
+                                           << (moved ? " (in the target)" : "");
       }
-      const double ref = row[ve];
-      const double fp32 = 4e-5 * (1.0 + std::fabs(ref));  // fp32 sums, sqrt, sincos at |angle| < 200
-      const double tol = fp32 + u * (std::fabs(ref) + fp32) + abs_floor(c.dt);
-      const double g = moved ? got_target.get(((b * seq + S + tok) * hn + (h - hb)) * D + ve % D) : got.get(idx);
-      ASSERT_TRUE(std::isfinite(g)) << "row " << m << " element " << e << (moved ? " (in the target)" : "");
-      ASSERT_LE(std::fabs(g - ref), tol) << "row " << m << " element " << e << (moved ? " (in the target)" : "");
     }
   }
-  if (c.slice_out) {  // the target's other tokens are untouched
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t tok = 0; tok < seq; ++tok)
-        if (tok < S || tok >= 2 * S)
-          for (int64_t e = 0; e < hn * D; ++e) {
-            const size_t i = (b * seq + tok) * hn * D + e;
-            ASSERT_TRUE(same(got_target, target, i)) << "target token " << tok << " written";
-          }
+  // Everything else (other parts of the rows, the target's other tokens): untouched.
+  for (size_t i = 0; i < in_view.size(); ++i) {
+    if (in_view[i]) continue;
+    ASSERT_TRUE(same(got, qkv, i)) << "norm_rope wrote outside its views at element " << i;
+  }
+  for (size_t i = 0; i < in_target.size() && c.slice_out; ++i) {
+    if (in_target[i]) continue;
+    ASSERT_TRUE(same(got_target, target, i)) << "target element " << i << " written";
   }
 }
 
@@ -412,13 +437,13 @@ TEST_F(CudaKernelsTest, NormRopeAcrossHeadsPipelinedRows) {
 // kind, head_dim 64, 72 and 128, every dtype, fused views (Q and K of one QKV buffer)
 // and separate ones (K's heads 1..2 moved to a target), different weights for Q and K,
 // on the launcher's pick, the plain walk, the pipelined walk (rows pipelined whole for
-// across-heads RMS) and the staged walk, at 74 rows and 5000 (every warp walks several
-// rows). The two-launch path is checked against the float64 reference above.
+// across-heads RMS), the staged walk and the flat walk, at 74 rows and 5000 (every warp
+// walks several rows). The two-launch path is checked against the float64 reference above.
 TEST_F(CudaKernelsTest, NormRopeQkOneLaunchMatchesTwoLaunches) {
   struct Walk {
     int pipe, staged;
   };
-  const Walk walks[] = {{-1, -1}, {0, 0}, {4, 0}, {0, 4}};
+  const Walk walks[] = {{-1, -1}, {0, 0}, {4, 0}, {0, 4}, {kNormRopeFlatPipe, 0}};
   const int H = 7;
   for (DType dt : kAllTypes) {
     const size_t es = dtype_size(dt);
@@ -545,6 +570,67 @@ TEST_F(CudaKernelsTest, NormRopeAcrossHeadsBlockRows) {
   run_norm_rope_check(*this, {DType::kFP32, 128, 49, NormKind::kRmsAcrossHeads, true, false, false,
                               NormRopeKernel::kVector, -1, 37, 2, 0});
   EXPECT_EQ(last_norm_rope_launch().kernel.find("block rows"), std::string::npos) << last_norm_rope_launch().kernel;
+}
+
+// The flat walk (pipe kNormRopeFlatPipe: a block a row, each thread's 16-byte chunks taken
+// across head boundaries, per-head sums through shared memory, the row's RoPE table in
+// shared memory, the next row loading while this one is stored): every norm kind, every
+// dtype, Q and K in one launch (and one view alone), fused and separate views, heads moved
+// to a target; head_dim 72 at the benchmark's 42 heads (heads of 9 or 18 chunks straddling
+// warps: rows of 378 or 756 chunks, 3 or 6 a thread) on one row (most blocks idle), 74 rows
+// and 3000 (every block walks several rows: buffers and row parities alternate); head_dim
+// 72 with 5 heads (a row shorter than a block), 64 x 48 and 128 x 24 (the benchmark's
+// other shapes), 128 x 40 (fp32: 12 chunks a thread); the norms without RoPE. Each view
+// against the float64 reference, the moved heads' target and untouched bytes too. A row
+// of more than 1536 chunks is refused by name.
+TEST_F(CudaKernelsTest, NormRopeFlatWalk) {
+  const NormRopeKernel kv = NormRopeKernel::kVector;
+  const int flat = kNormRopeFlatPipe;
+  auto check = [&](const NormRopeCheck& c) {
+    run_norm_rope_check(*this, c);
+    if (HasFatalFailure()) return;
+    const std::string k = last_norm_rope_launch().kernel;
+    EXPECT_NE(k.find("flat"), std::string::npos) << k;
+    EXPECT_EQ(k.find("Q+K one launch") != std::string::npos, c.qk) << k;
+  };
+  for (DType dt : kAllTypes) {
+    for (NormKind nk : kNormKinds) {
+      NormRopeCheck c{dt, 72, 42, nk, true, true, true, kv, flat, 1, 1, 0};
+      c.qk = true;
+      check(c);  // one row
+      c.S = 37, c.B = 2, c.fused = false;
+      check(c);
+      c.S = 50, c.B = 60, c.fused = true, c.slice_out = false;
+      check(c);  // 3000 rows a view
+      c.S = 37, c.B = 2, c.slice_out = true;
+      c.H = 5;
+      check(c);
+      c.H = 42, c.qk = false, c.fused = false;
+      check(c);  // one view alone
+      c.qk = true;
+      c.D = 64, c.H = 48;
+      check(c);
+      c.D = 128, c.H = 24, c.fused = true;
+      check(c);
+      c.H = 40, c.fused = false;
+      check(c);
+      if (nk != NormKind::kNone) {
+        c.D = 72, c.H = 42, c.rope = false;
+        check(c);
+      }
+      if (HasFatalFailure()) return;
+    }
+  }
+  auto buf = dev_->alloc(static_cast<size_t>(4) * 49 * 128 * 4);
+  QkView v{buf.get(), 49 * 128, 1, 4, 0, 49, 128, {}};  // fp32 D128: 49 x 32 = 1568 chunks
+  NormRopeParams p;
+  p.rope = RopeKind::k1D;
+  try {
+    launch_norm_rope(static_cast<cudaStream_t>(stream_->native()), v, DType::kFP32, p, kv, 0, flat, 0);
+    ADD_FAILURE() << "the flat walk took a row of 1568 chunks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the flat walk takes rows of at most 1536"), std::string::npos) << e.what();
+  }
 }
 
 // The shared-memory staged walk (whole rows copied in with cp.async, two buffers per
