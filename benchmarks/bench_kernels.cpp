@@ -135,8 +135,10 @@ struct NormCell {
   double smem_kb = 0, inflight_kb_per_sm = 0;
 };
 
+// heads_dims: (H, D) pairs to measure instead of the table's (3072 / D, D) for D 64, 72, 128
+// (--norm-shapes: e.g. Wan's 40 x 128 and 12 x 128, rows of other lengths than the table's).
 void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs, std::vector<Row>& rows,
-                    std::vector<NormCell>& cells) {
+                    std::vector<NormCell>& cells, const std::vector<std::pair<int, int>>& heads_dims) {
   const int64_t M = 16384 + 512;  // FLUX.1-dev 2048 tokens
   const NormKind kinds[] = {NormKind::kRmsPerHead, NormKind::kRmsAcrossHeads, NormKind::kLayerPerHead, NormKind::kNone};
   const char* kind_names[] = {"rms", "rms_across_heads", "layer", "none (RoPE only)"};
@@ -144,8 +146,13 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
   std::vector<NormShape> shapes;
   for (DType dt : {DType::kBF16, DType::kFP16, DType::kFP32})
-    for (int D : {64, 72, 128})
-      for (bool fused : {true, false}) shapes.push_back({dt, D, 3072 / D, fused});  // width ~3072, FLUX-like
+    if (heads_dims.empty()) {
+      for (int D : {64, 72, 128})
+        for (bool fused : {true, false}) shapes.push_back({dt, D, 3072 / D, fused});  // width ~3072, FLUX-like
+    } else {
+      for (const auto& [H, D] : heads_dims)
+        for (bool fused : {true, false}) shapes.push_back({dt, D, H, fused});
+    }
   for (const NormShape& sh : shapes) {
     const size_t es = dtype_size(sh.dt);
     const int64_t width = static_cast<int64_t>(sh.H) * sh.D, pitch = sh.fused ? 3 * width : width;
@@ -980,15 +987,32 @@ int main(int argc, char** argv) {
   std::string out_path;
   std::string only;  // a comma-separated list of sections, or all
   int nccl_ranks = 0;  // the all-to-all sweep's largest rank count (0: every visible GPU)
+  std::vector<std::pair<int, int>> norm_shapes;  // --norm-shapes: (heads, head_dim) in place of the table's
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if ((a == "-o" || a == "--output") && i + 1 < argc) out_path = argv[++i];
     else if (a == "--sections" && i + 1 < argc) only = argv[++i];
     else if (a == "--nccl-ranks" && i + 1 < argc) nccl_ranks = std::atoi(argv[++i]);
+    else if (a == "--norm-shapes" && i + 1 < argc) {
+      std::string list = argv[++i];
+      for (size_t at = 0; at < list.size();) {
+        const size_t end = std::min(list.find(',', at), list.size());
+        int H = 0, D = 0;
+        char tail = 0;
+        if (std::sscanf(list.substr(at, end - at).c_str(), "%dx%d%c", &H, &D, &tail) != 2 || H < 1 || H > 1024 ||
+            D < 2 || D > 512) {
+          std::fprintf(stderr, "bench_kernels: --norm-shapes '%s': not HEADSxHEAD_DIM,... (e.g. 40x128,12x128)\n",
+                       list.c_str());
+          return 2;
+        }
+        norm_shapes.emplace_back(H, D);
+        at = end + 1;
+      }
+    }
     else {
       std::fprintf(stderr,
                    "usage: bench_kernels [-o FILE.h5] [--sections bounds,attention,norm,gemm,gemm_shapes,copies,where,latency,alloc,peer,nccl]"
-                   " [--nccl-ranks N (0: every GPU)]\n");
+                   " [--nccl-ranks N (0: every GPU)] [--norm-shapes HxD,... (norm: these shapes, not the table's)]\n");
       return 2;
     }
   }
@@ -1007,7 +1031,7 @@ int main(int argc, char** argv) {
     std::vector<NormCell> cells;
     const double bound = copy_bound_tbs(*dev, *s, rows);
     if (want("attention")) attention_rows(*dev, *s, rows);
-    if (want("norm")) norm_rope_rows(*dev, *s, *kern, bound, rows, cells);
+    if (want("norm")) norm_rope_rows(*dev, *s, *kern, bound, rows, cells, norm_shapes);
     if (want("gemm")) gemm_rows(*dev, *s, *kern, rows);
     if (want("gemm_shapes")) gemm_shape_rows(*dev, *s, *kern, rows);
     if (want("copies")) copy_rows(*dev, *s, bound, rows);

@@ -26,8 +26,9 @@ namespace uipc {
 // read back at once), 0 off, -1 chosen (where batch and pipe are left to the launcher).
 // `pipe` kNormRopeFlatPipe: the vector kernel's flat walk (a block a row, each thread's
 // 16-byte chunks taken across head boundaries so that every lane carries data, per-head
-// sums through shared memory; every norm kind, rows of at most 1536 chunks), by name
-// only: the launcher does not pick it (bench_kernels measures it, rows "(vector, flat)").
+// sums through shared memory; every norm kind, rows of at most 1536 chunks); the
+// launcher's pick where bench_kernels measured it ahead (flat_is_pick in cuda_kernels.cu;
+// rows "(vector, flat)").
 enum class NormRopeKernel { kAuto, kVector, kGeneral };
 inline constexpr int kNormRopeFlatPipe = 32;
 void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p,

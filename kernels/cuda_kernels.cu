@@ -1116,21 +1116,41 @@ bool staged_fits(const QkView& x) {
   return size_t(2) * kRowWarps * x.heads * x.head_dim * sizeof(T) <= size_t(200) * 1024;
 }
 
+// Where the layer takes the flat walk: where bench_kernels measured it ahead of every other
+// walk, in one launch and in two (one H200, 2026-12-02, code b3f835d,
+// docs/measured/2026-12-02-h200-flat; % of the copy bound, one launch, pick before -> flat):
+// lane groups that are not a power of two (head_dim 72), every kind but LayerNorm at 16-bit
+// types (RMS 72-75 -> 77-79, across heads 69-73 -> 83-85, RoPE only 82-85 -> 84-86, fp32 RMS
+// 80-81 -> 84-85, fp32 LayerNorm 58-59 -> 77-79; 16-bit LayerNorm 55-57 either way); RoPE
+// only and across-heads RMS at 16-bit types for head_dim 64 and 128 too (87-89 -> 88-90,
+// 84-85 -> 84-88). Not per-head RMS or 16-bit LayerNorm at head_dim 64/128 (81-83 and
+// 59-61 flat against 86-88 and 72-76), nor fp32 there (within a point, or behind).
+template <typename T, int kNorm>
+bool flat_is_pick(bool pow2_groups) {
+  constexpr bool b16 = sizeof(T) == 2;
+  switch (static_cast<NormKind>(kNorm)) {
+    case NormKind::kNone: return b16 || !pow2_groups;
+    case NormKind::kRmsPerHead: return !pow2_groups;
+    case NormKind::kRmsAcrossHeads: return b16 || !pow2_groups;
+    case NormKind::kLayerPerHead: return !b16 && !pow2_groups;
+  }
+  return false;
+}
+
 // batch: passes loaded at once (8 or 12; 0 picks by the head count). pipe: the
 // software-pipelined walk (two batches of `pipe` passes, the next in flight while the
 // current is computed) for per-head norms and RoPE only: 4, 6 or 8; 0 off; -1 picks.
 // staged: the shared-memory staged walk with batches of 4 or 8 passes; 0 off; -1 picks.
-// pipe kNormRopeFlatPipe: the flat walk, by name only.
+// pipe kNormRopeFlatPipe: the flat walk (also the pick where flat_is_pick says).
 template <typename T, int kNorm>
 void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x, const NormRopeParams& p, int chunks,
                          int batch, int pipe, int staged) {
   const int G = chunks <= 32 ? chunks : 32;  // lanes per head
+  const int row_chunks = x.heads * chunks, per_thread = (row_chunks + kRowWarps * 32 - 1) / (kRowWarps * 32);
+  if (pipe < 0 && batch == 0 && staged < 0 && per_thread <= 12 && flat_is_pick<T, kNorm>((G & (G - 1)) == 0))
+    pipe = kNormRopeFlatPipe;
   if (pipe == kNormRopeFlatPipe) {
-    // The flat walk (kFlat) is not the layer's pick anywhere: bench_kernels measures it in
-    // its "(vector, flat)" rows beside the pick, which takes it only where an H200
-    // measurement has shown it faster. Chunks a thread: 3 for the benchmark's 16-bit rows
-    // (378-384 chunks), 6 for its fp32 rows.
-    const int row_chunks = x.heads * chunks, per_thread = (row_chunks + kRowWarps * 32 - 1) / (kRowWarps * 32);
+    // Chunks a thread: 3 for the benchmark's 16-bit rows (378-384 chunks), 6 for its fp32 rows.
     UIPC_CHECK(per_thread <= 12, "norm_rope: the flat walk takes rows of at most " +
                                      std::to_string(12 * kRowWarps * 32) + " 16-byte chunks, not " +
                                      std::to_string(row_chunks));
@@ -1176,8 +1196,8 @@ void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x
     // multiprocessor), 4: 80 (24 warps), 6: 106-110 (16), 12: 164-168 (12; fp32 D72 only).
     // Measured on one H200 (2026-12-02, docs/measured/2026-12-02-h200-kern22): 78-80% at
     // 16-bit types, 83-85% fp32 D64/D128, 65-67% fp32 D72, against 68-73% for the plain
-    // walk; the layer's pick wherever a row fits (test_cuda_kernels,
-    // NormRopeAcrossHeadsBlockRows, checks the pick takes it).
+    // walk; the layer's pick where the flat walk is not (fp32 at head_dim 64 and 128) and a
+    // row fits (test_cuda_kernels, NormRopeAcrossHeadsBlockRows, checks the pick).
     const bool block_fits = chunks <= 32 && passes <= 4 * 12;
     if (pipe == 16 || (pipe < 0 && batch == 0 && block_fits)) {
       UIPC_CHECK(block_fits, "norm_rope: the across-heads block walk takes rows of at most 48 passes of one chunk a "

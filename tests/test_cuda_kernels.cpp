@@ -554,7 +554,9 @@ TEST_F(CudaKernelsTest, NormRopeAcrossHeadsBlockRows) {
       run_norm_rope_check(*this, {dt, sh.D, sh.H, NormKind::kRmsAcrossHeads, true, true, false,
                                   NormRopeKernel::kVector, -1, 37, 2, -1});
       if (HasFatalFailure()) return;
-      EXPECT_NE(last_norm_rope_launch().kernel.find("block rows"), std::string::npos)
+      // The pick: the flat walk at 16-bit types and at head_dim 72, else the block walk.
+      const bool flat = dtype_size(dt) == 2 || sh.D == 72;
+      EXPECT_NE(last_norm_rope_launch().kernel.find(flat ? "flat" : "block rows"), std::string::npos)
           << "the layer's pick: " << last_norm_rope_launch().kernel;
     }
   }
@@ -619,6 +621,26 @@ TEST_F(CudaKernelsTest, NormRopeFlatWalk) {
         check(c);
       }
       if (HasFatalFailure()) return;
+    }
+  }
+  // The layer's pick (pipe -1) takes the flat walk where bench_kernels measured it ahead:
+  // head_dim 72 for every kind but 16-bit LayerNorm, RoPE only and across-heads RMS at
+  // 16-bit types for every head_dim; elsewhere another walk.
+  for (DType dt : kAllTypes) {
+    for (NormKind nk : kNormKinds) {
+      for (int D : {72, 128}) {
+        NormRopeCheck c{dt, D, 3072 / D, nk, true, true, false, kv, -1, 37, 2, -1};
+        c.qk = true;
+        run_norm_rope_check(*this, c);
+        if (HasFatalFailure()) return;
+        const bool b16 = dtype_size(dt) == 2;
+        const bool want = nk == NormKind::kNone || nk == NormKind::kRmsAcrossHeads ? b16 || D == 72
+                          : nk == NormKind::kRmsPerHead                          ? D == 72
+                                                                                 : !b16 && D == 72;
+        const std::string k = last_norm_rope_launch().kernel;
+        EXPECT_EQ(k.find("flat") != std::string::npos, want)
+            << dtype_name(dt) << " norm " << static_cast<int>(nk) << " D" << D << ": " << k;
+      }
     }
   }
   auto buf = dev_->alloc(static_cast<size_t>(4) * 49 * 128 * 4);
