@@ -524,14 +524,18 @@ TEST(Simulator, AReplayedGraphCostsTheHostOneLaunchNotACallAnOp) {
   EXPECT_NEAR(graph.ranks[0][k1].end_ms, 0.024, 1e-9);
 }
 
+// The simple machine with the named host costs set (us).
+Machine with_host_costs(std::initializer_list<std::pair<const char*, double>> costs) {
+  Machine m = simple_machine();
+  for (const auto& [name, us] : costs) m.params.at(name).value = us;
+  return m;
+}
+
 TEST(Simulator, EachKindOfCallCostsTheHostItsOwn) {
   // A cuBLASLt GEMM, a cuDNN attention and a NCCL collective cost the host more than a
   // plain kernel launch: a near-empty layer whose GPU work is short is bound by them.
-  Machine m = simple_machine();
-  m.params.at("host_launch_us").value = 3;
-  m.params.at("host_gemm_us").value = 7;
-  m.params.at("host_attention_us").value = 11;
-  m.params.at("host_nccl_us").value = 13;
+  const Machine m = with_host_costs(
+      {{"host_launch_us", 3}, {"host_gemm_us", 7}, {"host_attention_us", 11}, {"host_nccl_us", 13}});
   auto b = ranks(1, 1);
   b[0].t.groups.push_back({0});
   Op g;
@@ -562,12 +566,11 @@ TEST(Simulator, AMemoryCallHoldsTheHostForItsMeasuredCost) {
   // allocations host_alloc_us, a descriptor import host_import_us (the export's share in
   // it), frees and a descriptor mapping's close host_unmap_us, and the calls no bench
   // timed on their own (an export, an IPC handle's open and close) host_api_us.
-  Machine m = simple_machine();
-  m.params.at("host_launch_us").value = 3;
-  m.params.at("host_api_us").value = 2;
-  m.params.at("host_alloc_us").value = 60;
-  m.params.at("host_import_us").value = 1200;
-  m.params.at("host_unmap_us").value = 50;
+  const Machine m = with_host_costs({{"host_launch_us", 3},
+                                     {"host_api_us", 2},
+                                     {"host_alloc_us", 60},
+                                     {"host_import_us", 1200},
+                                     {"host_unmap_us", 50}});
   const std::map<HostCall, double> cost_us = {
       {HostCall::kAllocRuntime, 60}, {HostCall::kAllocVmm, 60},    {HostCall::kExportHandle, 2},
       {HostCall::kExportFd, 2},      {HostCall::kOpenHandle, 2},   {HostCall::kImportFd, 1200},
