@@ -492,9 +492,10 @@ int print_modeled_kernels(const model::Machine& m, const std::vector<std::string
 }
 
 // `model ops`: every op of each traced layer with its measured duration (the events the
-// GPU run put around it) beside its replay's; device ops only, host syncs left out. In a
-// measured traced layer each op sits between two extra events, so the measured layer is
-// longer than a timed one; the durations of work-bound ops are what to compare.
+// GPU run put around it) beside its replay's; device ops and the host's memory calls
+// (host_call, stream -1, not measured), host syncs left out. In a measured traced layer
+// each op sits between two extra events, so the measured layer is longer than a timed
+// one; the durations of work-bound ops are what to compare.
 int print_ops(const std::vector<std::string>& reports, const std::vector<std::string>& only, const model::Machine& m) {
   std::printf("# op by op: measured (events around each op, GPU) against MODELLED on %s; us\n", m.name.c_str());
   std::printf("# run rank op stream kind bytes dims measured_start measured_us modelled_start modelled_us\n");
@@ -510,6 +511,8 @@ int print_ops(const std::vector<std::string>& reports, const std::vector<std::st
           if (op.kind == model::OpKind::kHostSync) continue;
           std::string kind = model::op_kind_name(op.kind);
           if (op.kind == model::OpKind::kKernel) kind += std::string("/") + model::kernel_kind_name(op.kernel);
+          if (op.kind == model::OpKind::kHostCall)
+            kind += std::string("/") + model::host_call_name(static_cast<model::HostCall>(op.dims[0]));
           const model::OpTime& t = tl.ranks[rk][i];
           std::printf("%s %zu %zu %d %s %.0f %lldx%lldx%lldx%lld %.1f %.1f %.1f %.1f\n", name.c_str(), rk, i, op.stream,
                       kind.c_str(), op.bytes, static_cast<long long>(op.dims[0]), static_cast<long long>(op.dims[1]),

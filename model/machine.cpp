@@ -45,6 +45,12 @@ const std::vector<ParamSpec>& parameter_specs() {
       {"host_nccl_us", "us", 0, 1e4, "host time of a NCCL collective call (group, proxy hand-off, launch)"},
       {"host_copy_us", "us", 0, 1e4, "host time to issue a copy"},
       {"host_api_us", "us", 0, 1e4, "host time of an event record, stream wait, or stream memory operation"},
+      {"host_alloc_us", "us", 0, 1e4, "host time of a device allocation (cudaMalloc, or a vmm target's cuMemCreate + map)"},
+      {"host_import_us", "us", 0, 1e5,
+       "host time of a vmm descriptor's export + import + map (charged to the import; an IPC handle's export and "
+       "open, not measured, cost host_api_us)"},
+      {"host_unmap_us", "us", 0, 1e4,
+       "host time of a free (after any wait for the device, traced apart) or of a descriptor mapping's close"},
       {"copy_engines", "engines", 1, 64, "copy engines per GPU (peer copies that run on engines queue for one)"},
       {"peer_copy_on_sm", "0/1", 0, 1, "1: peer copies run on SMs like same-device copies; 0: on copy engines"},
       {"copy_engine_gbs", "GB/s", 1, 1e5, "most one copy engine moves"},

@@ -25,6 +25,7 @@ struct Rates {
   double gemm, attention_scale, norm, stream, sm_copy, copy_engine, link, nic;  // per ms
   double kernel_lat, copy_lat, hop, work_hop, memop, link_lat, nic_lat, nccl_lat;  // ms
   double host_launch, host_gemm, host_attention, host_nccl, host_copy, host_api, skew;  // ms
+  double host_alloc, host_import, host_unmap;  // ms
   double sm_copy_share, kernel_share, ipc_factor, nccl_link, nccl_nic, nccl_peer, fp32_out, spread, peer_beside_gemm;
   double copy_behind_gemm;
   int engines;
@@ -59,6 +60,9 @@ struct Rates {
     host_nccl = us("host_nccl_us");
     host_copy = us("host_copy_us");
     host_api = us("host_api_us");
+    host_alloc = us("host_alloc_us");
+    host_import = us("host_import_us");
+    host_unmap = us("host_unmap_us");
     skew = us("start_skew_us");
     sm_copy_share = mc.p("sm_copy_share");
     kernel_share = mc.p("kernel_share_beside_copy");
@@ -429,6 +433,21 @@ class Simulation {
     }
   }
 
+  // A memory-management call (kHostCall) holds the host for its measured time, issued op
+  // by op or not (a graph cannot hold one: the layer that makes it runs op by op). What
+  // bench_kernels did not time on its own costs what any API call does (docs/model.md).
+  double host_call_cost(const Op& op) const {
+    switch (static_cast<HostCall>(op.dims[0])) {
+      case HostCall::kAllocRuntime:
+      case HostCall::kAllocVmm: return r_.host_alloc;
+      case HostCall::kImportFd: return r_.host_import;  // the export's share is in it
+      case HostCall::kFreeRuntime:
+      case HostCall::kFreeVmm:
+      case HostCall::kCloseFd: return r_.host_unmap;
+      default: return r_.host_api;  // export_fd, and the IPC handle's export, open and close
+    }
+  }
+
   // Issues this rank's ops in order until a host sync whose op is not done.
   bool advance_host(int rk) {
     bool changed = false;
@@ -446,6 +465,12 @@ class Simulation {
         host_clock_[rk] = ready + r_.host_api;
         s.end = host_clock_[rk];
         s.issue = s.start;
+        s.state = State::kDone;
+        ++done_;
+      } else if (s.op->kind == OpKind::kHostCall) {
+        s.start = s.issue = host_clock_[rk];
+        host_clock_[rk] += host_call_cost(*s.op);
+        s.end = host_clock_[rk];
         s.state = State::kDone;
         ++done_;
       } else {
@@ -601,6 +626,7 @@ class Simulation {
             s.phase_end = t + r_.copy_lat;
             break;
           case OpKind::kHostSync:
+          case OpKind::kHostCall:
             break;  // host-only, never on a stream
         }
         return true;

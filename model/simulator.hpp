@@ -4,7 +4,8 @@
 //
 // What it models (docs/model.md says more, and what it leaves out):
 //  - the host issuing each rank's ops in trace order at a cost per call (a device op
-//    starts no earlier than its issue), blocked by host syncs;
+//    starts no earlier than its issue), blocked by host syncs and held by memory calls
+//    (allocation, descriptor import and map, free: their measured host times);
 //  - in-order streams; event waits end an event hop after the record; a wait on a word
 //    ends no earlier than the modelled time of the write it waits for (plus the link's
 //    latency when the writer is another GPU);

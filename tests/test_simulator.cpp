@@ -1,6 +1,6 @@
 // The simulator on hand-made traces with answers known in closed form (two copies
 // sharing a link direction take twice as long, a wait after a late write, copy-engine
-// limits, SM sharing, rendezvous of collectives, host issue), its determinism, the
+// limits, SM sharing, rendezvous of collectives, host issue and memory calls), its determinism, the
 // trace byte form, and the machine-file reader's errors.
 #include <gtest/gtest.h>
 
@@ -524,14 +524,18 @@ TEST(Simulator, AReplayedGraphCostsTheHostOneLaunchNotACallAnOp) {
   EXPECT_NEAR(graph.ranks[0][k1].end_ms, 0.024, 1e-9);
 }
 
+// The simple machine with the named host costs set (us).
+Machine with_host_costs(std::initializer_list<std::pair<const char*, double>> costs) {
+  Machine m = simple_machine();
+  for (const auto& [name, us] : costs) m.params.at(name).value = us;
+  return m;
+}
+
 TEST(Simulator, EachKindOfCallCostsTheHostItsOwn) {
   // A cuBLASLt GEMM, a cuDNN attention and a NCCL collective cost the host more than a
   // plain kernel launch: a near-empty layer whose GPU work is short is bound by them.
-  Machine m = simple_machine();
-  m.params.at("host_launch_us").value = 3;
-  m.params.at("host_gemm_us").value = 7;
-  m.params.at("host_attention_us").value = 11;
-  m.params.at("host_nccl_us").value = 13;
+  const Machine m = with_host_costs(
+      {{"host_launch_us", 3}, {"host_gemm_us", 7}, {"host_attention_us", 11}, {"host_nccl_us", 13}});
   auto b = ranks(1, 1);
   b[0].t.groups.push_back({0});
   Op g;
@@ -555,6 +559,43 @@ TEST(Simulator, EachKindOfCallCostsTheHostItsOwn) {
   EXPECT_NEAR(tl.ranks[0][k1].start_ms, 0.010, 1e-12);
   EXPECT_NEAR(tl.ranks[0][k2].start_ms, 0.021, 1e-12);
   EXPECT_NEAR(tl.ranks[0][k3].start_ms, 0.034, 1e-12);
+}
+
+TEST(Simulator, AMemoryCallHoldsTheHostForItsMeasuredCost) {
+  // Each host call between two kernels delays the second's issue by exactly its cost:
+  // allocations host_alloc_us, a descriptor import host_import_us (the export's share in
+  // it), frees and a descriptor mapping's close host_unmap_us, and the calls no bench
+  // timed on their own (an export, an IPC handle's open and close) host_api_us.
+  const Machine m = with_host_costs({{"host_launch_us", 3},
+                                     {"host_api_us", 2},
+                                     {"host_alloc_us", 60},
+                                     {"host_import_us", 1200},
+                                     {"host_unmap_us", 50}});
+  const std::map<HostCall, double> cost_us = {
+      {HostCall::kAllocRuntime, 60}, {HostCall::kAllocVmm, 60},    {HostCall::kExportHandle, 2},
+      {HostCall::kExportFd, 2},      {HostCall::kOpenHandle, 2},   {HostCall::kImportFd, 1200},
+      {HostCall::kFreeRuntime, 50},  {HostCall::kFreeVmm, 50},     {HostCall::kCloseHandle, 2},
+      {HostCall::kCloseFd, 50}};
+  ASSERT_EQ(static_cast<int>(cost_us.size()), kLastHostCall);
+  for (const auto& [call, us] : cost_us) {
+    auto b = ranks(1, 1);
+    const int k0 = b[0].kernel_norm(0, 0);
+    Op h;
+    h.kind = OpKind::kHostCall;
+    h.dims[0] = static_cast<int64_t>(call);
+    h.bytes = 32 << 20;
+    const int hc = b[0].add(h);
+    const int k1 = b[0].kernel_norm(0, 0);
+    for (const Issue issue : {Issue::kOpByOp, Issue::kGraphReplay}) {
+      const Timeline tl = simulate(traces(b), m, issue);
+      const double first = issue == Issue::kOpByOp ? 0.003 : 0.002;  // a launch call, or the graph's one
+      const double next = issue == Issue::kOpByOp ? 0.003 : 0.0;
+      EXPECT_NEAR(tl.ranks[0][k0].start_ms, first, 1e-12) << host_call_name(call);
+      EXPECT_NEAR(tl.ranks[0][hc].start_ms, first, 1e-12) << host_call_name(call);
+      EXPECT_NEAR(tl.ranks[0][hc].end_ms, first + us * 1e-3, 1e-12) << host_call_name(call);
+      EXPECT_NEAR(tl.ranks[0][k1].start_ms, first + us * 1e-3 + next, 1e-12) << host_call_name(call);
+    }
+  }
 }
 
 TEST(Simulator, DeterministicAndIndependentOfPreviousRuns) {
@@ -606,10 +647,24 @@ TEST(Trace, ByteFormRoundTripsAndRejectsDamage) {
   b[0].t.prior_writes.push_back({101, 16, 7});
   b[0].copy(1, 5e5, 101);
   b[0].all_to_all(0, 0, 3, 8e5);
+  Op h;
+  h.kind = OpKind::kHostCall;
+  h.dims[0] = static_cast<int64_t>(HostCall::kImportFd);
+  h.bytes = 1 << 20;
+  b[0].add(h);
   const std::string s = serialize(b[0].t);
   RankTrace back = deserialize(s);
   EXPECT_EQ(serialize(back), s);
-  ASSERT_EQ(back.ops.size(), 3u);
+  ASSERT_EQ(back.ops.size(), 4u);
+  EXPECT_EQ(back.ops[3].kind, OpKind::kHostCall);
+  EXPECT_EQ(back.ops[3].dims[0], static_cast<int64_t>(HostCall::kImportFd));
+  // A host call names a known call and lives on the host (stream -1), not on a stream.
+  for (const auto& [field, bad] : {std::pair<int, int64_t>{0, 0}, {0, kLastHostCall + 1}, {1, 0}}) {
+    RankTrace d = b[0].t;
+    if (field == 0) d.ops[3].dims[0] = bad;
+    else d.ops[3].stream = static_cast<int>(bad);
+    EXPECT_THROW(deserialize(serialize(d)), std::runtime_error) << field << " " << bad;
+  }
   EXPECT_EQ(back.ops[1].dst_mem, 101u);
   ASSERT_EQ(back.prior_writes.size(), 1u);
   EXPECT_EQ(back.prior_writes[0].value, 7u);
@@ -713,7 +768,8 @@ TEST(Machine, ShippedFixedCostsAreNotBelowTheirMicroBenchmarks) {
                                                   {"host_api_us", 1.05},    {"nccl_latency_us", 4.5},
                                                   {"kernel_latency_us", 1.9}, {"host_launch_us", 1.0},
                                                   {"host_gemm_us", 1.0},    {"host_attention_us", 1.0},
-                                                  {"host_nccl_us", 1.0}};
+                                                  {"host_nccl_us", 1.0},    {"host_alloc_us", 41.5},
+                                                  {"host_import_us", 990},  {"host_unmap_us", 30.7}};
   for (const char* f : {"h200-nvlink", "h200-nvlink-prior", "h100-sxm", "h200-2node", "h200-4node"}) {
     const Machine m = load_machine(std::string(ULYSSES_SOURCE_DIR) + "/inputs/machines/" + f + ".json");
     for (const auto& [name, lo] : floor_us) {

@@ -37,14 +37,14 @@ struct Traced {
 
 // Two groups of Q, K, V scatters (the first fills the target cache and makes the
 // second's release waits refer to it), the second one traced.
-Traced run_groups(const std::string& transport, bool elide, bool measure) {
+Traced run_groups(const std::string& transport, bool elide, bool measure, TransportOptions topts = {}) {
   const int me = world_rank(), P = world_size();
   TracingDevice dev(make_host_device(me), me, P, elide);
   dev.set_watchdog_seconds(20);
   auto compute = dev.create_stream(StreamPriority::kNormal);
   auto coll = make_tracing_collectives(make_mpi_collectives(MPI_COMM_WORLD, dev.inner()), dev, MPI_COMM_WORLD);
-  std::unique_ptr<Transport> t = transport == "ipc"   ? make_ipc_transport(dev, MPI_COMM_WORLD, TransportOptions{})
-                                 : transport == "vmm" ? make_vmm_transport(dev, MPI_COMM_WORLD, TransportOptions{})
+  std::unique_ptr<Transport> t = transport == "ipc"   ? make_ipc_transport(dev, MPI_COMM_WORLD, topts)
+                                 : transport == "vmm" ? make_vmm_transport(dev, MPI_COMM_WORLD, topts)
                                                       : make_nccl_transport(dev, *coll);
   ExchangeShape shape{1, 16, 4 * P, 8, DType::kBF16};
   const size_t elems = static_cast<size_t>(shape.batch * shape.seq_local * shape.heads * shape.head_dim);
@@ -174,6 +174,7 @@ INSTANTIATE_TEST_SUITE_P(Transports, Tracing, ::testing::Values("ipc", "vmm", "n
 // A free of memory from alloc() is cudaFree on a GPU, which waits for the whole device
 // (bench_kernels' alloc rows): the trace holds a host wait for every stream's last op; a
 // free of CUDA-VMM memory (alloc_fd_shareable) does not wait, and the trace holds none.
+// Each allocation and free is itself a host call of the trace (kHostCall), after the wait.
 TEST(TracingFree, ARuntimeFreeWaitsForEveryStreamAVmmFreeForNone) {
   const int me = world_rank(), P = world_size();
   TracingDevice dev(make_host_device(me), me, P, false);
@@ -188,7 +189,28 @@ TEST(TracingFree, ARuntimeFreeWaitsForEveryStreamAVmmFreeForNone) {
   if (vmm) { DeviceBuffer shared = dev.alloc_fd_shareable(1 << 20); }
   a->synchronize();
   b->synchronize();
-  model::RankTrace t = dev.end_trace();
+  model::RankTrace all = dev.end_trace();
+  // The memory calls, in order, and where the runtime free's stands: after its waits.
+  std::vector<model::HostCall> calls;
+  model::RankTrace t = all;
+  t.ops.clear();
+  for (size_t i = 0; i < all.ops.size(); ++i) {
+    const model::Op& op = all.ops[i];
+    if (op.kind != model::OpKind::kHostCall) {
+      t.ops.push_back(op);
+      continue;
+    }
+    EXPECT_EQ(op.stream, -1);
+    EXPECT_EQ(op.bytes, 1 << 20);
+    calls.push_back(static_cast<model::HostCall>(op.dims[0]));
+    if (calls.back() == model::HostCall::kFreeRuntime) {
+      ASSERT_GE(i, before + 3);
+      EXPECT_EQ(all.ops[i - 1].kind, model::OpKind::kHostSync) << "the free's cost after its wait";
+    }
+  }
+  using HC = model::HostCall;
+  EXPECT_EQ(calls, (vmm ? std::vector<HC>{HC::kAllocRuntime, HC::kFreeRuntime, HC::kAllocVmm, HC::kFreeVmm}
+                        : std::vector<HC>{HC::kAllocRuntime, HC::kFreeRuntime}));
   ASSERT_GE(t.ops.size(), before + 2);
   std::set<int> waited;
   for (size_t i = before; i < before + 2; ++i) {
@@ -199,6 +221,51 @@ TEST(TracingFree, ARuntimeFreeWaitsForEveryStreamAVmmFreeForNone) {
   // What follows are the two stream synchronizations only: the VMM free added no wait.
   EXPECT_EQ(t.ops.size(), before + 2 + 2) << (vmm ? "a VMM free waited for the device" : "");
   EXPECT_TRUE(vmm) << "the host device offers VMM memory: " << dev.vmm_ineligible_reason();
+}
+
+// The vmm transport without its target cache (the no-target-cache ablation) allocates,
+// exports and imports its targets again in every layer: the traced (second) group holds
+// each target's allocation and export and an import per peer, and those host calls hold
+// the modelled host for their measured costs. With the cache the second group is steady:
+// no memory call at all. The ipc transport opens IPC handles in the same places.
+TEST(TracingHostCalls, WithoutTheTargetCacheEveryLayerImportsItsTargetsWithItNone) {
+  const int me = world_rank(), P = world_size();
+  const model::Machine m = prior_machine();
+  for (const std::string transport : {"vmm", "ipc"}) {
+    for (const bool cache : {true, false}) {
+      TransportOptions topts;
+      topts.cache_targets = cache;
+      Traced tr = run_groups(transport, true, false, topts);
+      ASSERT_EQ(static_cast<int>(tr.traces.size()), P);
+      const model::RankTrace& mine = tr.traces[me];
+      std::map<model::HostCall, int> n;
+      for (const model::Op& op : mine.ops)
+        if (op.kind == model::OpKind::kHostCall) ++n[static_cast<model::HostCall>(op.dims[0])];
+      const std::string what = transport + (cache ? " with" : " without") + " its target cache";
+      if (cache) {
+        EXPECT_TRUE(n.empty()) << what << ": a steady layer made a memory call";
+        continue;
+      }
+      const bool vmm = transport == "vmm";
+      const int targets = 3;  // Q, K and V's
+      EXPECT_EQ(n[vmm ? model::HostCall::kAllocVmm : model::HostCall::kAllocRuntime], targets) << what;
+      EXPECT_EQ(n[vmm ? model::HostCall::kExportFd : model::HostCall::kExportHandle], targets) << what;
+      EXPECT_EQ(n[vmm ? model::HostCall::kImportFd : model::HostCall::kOpenHandle], targets * (P - 1)) << what;
+      // The first group's targets go before the second's come: their frees and closes.
+      EXPECT_EQ(n[vmm ? model::HostCall::kFreeVmm : model::HostCall::kFreeRuntime], targets) << what;
+      EXPECT_EQ(n[vmm ? model::HostCall::kCloseFd : model::HostCall::kCloseHandle], targets * (P - 1)) << what;
+      // Each import holds the modelled host for host_import_us (an IPC open: host_api_us).
+      const model::Timeline tl = model::simulate(tr.traces, m);
+      const double import_ms = m.p(vmm ? "host_import_us" : "host_api_us") * 1e-3;
+      for (size_t i = 0; i < mine.ops.size(); ++i) {
+        const model::Op& op = mine.ops[i];
+        if (op.kind != model::OpKind::kHostCall ||
+            op.dims[0] != static_cast<int64_t>(vmm ? model::HostCall::kImportFd : model::HostCall::kOpenHandle))
+          continue;
+        EXPECT_NEAR(tl.ranks[me][i].end_ms - tl.ranks[me][i].start_ms, import_ms, 1e-9) << what << " op " << i;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -108,11 +108,23 @@ void TracingDevice::free_buffer(void* ptr, size_t bytes, void* impl) {
   note_host_call("a free");
   const auto start = reinterpret_cast<uintptr_t>(ptr);
   auto it = regions_.find(start);
+  bool runtime = false;
   if (it != regions_.end()) {
-    if (it->second.runtime_alloc) on_device_sync();
+    runtime = it->second.runtime_alloc;
+    if (runtime) on_device_sync();
     regions_.erase(it);
   }
+  append_host_call(runtime ? model::HostCall::kFreeRuntime : model::HostCall::kFreeVmm, bytes);
   inner_->free_buffer(ptr, bytes, impl);
+}
+
+void TracingDevice::close_mapping(void* ptr, size_t bytes, void* impl) {
+  note_host_call("the closing of a mapping");
+  auto it = regions_.find(reinterpret_cast<uintptr_t>(ptr));
+  const bool handle = it != regions_.end() && it->second.via == model::Via::kIpcHandle;
+  if (it != regions_.end()) regions_.erase(it);
+  append_host_call(handle ? model::HostCall::kCloseHandle : model::HostCall::kCloseFd, bytes);
+  inner_->close_mapping(ptr, bytes, impl);
 }
 
 const TracingDevice::Region* TracingDevice::region_of(const void* ptr, uintptr_t* start) const {
@@ -135,6 +147,7 @@ void TracingDevice::set_export_id(const void* ptr, uint64_t id) {
 
 DeviceBuffer TracingDevice::alloc(size_t bytes, bool exportable) {
   note_host_call("an allocation");
+  append_host_call(model::HostCall::kAllocRuntime, bytes);
   DeviceBuffer b = inner_->alloc(bytes, exportable).rehome(this);  // its free comes through here
   note_region(b.get(), bytes, 0, model::Via::kLocal, true);
   return b;
@@ -142,6 +155,7 @@ DeviceBuffer TracingDevice::alloc(size_t bytes, bool exportable) {
 
 DeviceBuffer TracingDevice::alloc_fd_shareable(size_t bytes) {
   note_host_call("an allocation");
+  append_host_call(model::HostCall::kAllocVmm, bytes);
   DeviceBuffer b = inner_->alloc_fd_shareable(bytes).rehome(this);
   note_region(b.get(), bytes, 0, model::Via::kLocal);
   return b;
@@ -149,6 +163,7 @@ DeviceBuffer TracingDevice::alloc_fd_shareable(size_t bytes) {
 
 IpcHandle TracingDevice::export_handle(const DeviceBuffer& buf) {
   note_host_call("an export");
+  append_host_call(model::HostCall::kExportHandle, buf.bytes());
   IpcHandle h = inner_->export_handle(buf);
   set_export_id(buf.get(), fnv1a(h.bytes.data(), h.bytes.size()));
   return h;
@@ -156,13 +171,15 @@ IpcHandle TracingDevice::export_handle(const DeviceBuffer& buf) {
 
 PeerMapping TracingDevice::open_handle(const IpcHandle& h, size_t bytes) {
   note_host_call("a mapping");
-  PeerMapping m = inner_->open_handle(h, bytes);
+  append_host_call(model::HostCall::kOpenHandle, bytes);
+  PeerMapping m = inner_->open_handle(h, bytes).rehome(this);  // its close comes through here
   note_region(m.get(), bytes, fnv1a(h.bytes.data(), h.bytes.size()), model::Via::kIpcHandle);
   return m;
 }
 
 int TracingDevice::export_fd(const DeviceBuffer& buf) {
   note_host_call("an export");
+  append_host_call(model::HostCall::kExportFd, buf.bytes());
   const int fd = inner_->export_fd(buf);
   set_export_id(buf.get(), fd_identity(fd, buf.bytes()));
   return fd;
@@ -170,8 +187,9 @@ int TracingDevice::export_fd(const DeviceBuffer& buf) {
 
 PeerMapping TracingDevice::import_fd(int fd, size_t bytes) {
   note_host_call("a mapping");
+  append_host_call(model::HostCall::kImportFd, bytes);
   const uint64_t id = fd_identity(fd, bytes);  // before the wrapped device takes (and closes) it
-  PeerMapping m = inner_->import_fd(fd, bytes);
+  PeerMapping m = inner_->import_fd(fd, bytes).rehome(this);
   note_region(m.get(), bytes, id, model::Via::kFileDescriptor);
   return m;
 }
@@ -201,6 +219,14 @@ int TracingDevice::append(Stream* s, model::Op op) {
   trace_.ops.push_back(op);
   brackets_.emplace_back();
   return index;
+}
+
+void TracingDevice::append_host_call(model::HostCall what, size_t bytes) {
+  model::Op op;
+  op.kind = model::OpKind::kHostCall;
+  op.dims[0] = static_cast<int64_t>(what);
+  op.bytes = static_cast<double>(bytes);
+  append(nullptr, op);
 }
 
 void TracingDevice::record_op(Stream& s, model::Op op, bool data_work, std::function<void(Stream&)> run, uint64_t key,

@@ -10,6 +10,8 @@
 // as a file descriptor by the descriptor's (device, inode), which a descriptor passed
 // over a Unix socket keeps. A copy or a 64-bit write into a mapping thus names the
 // exporter's buffer, and the simulator matches each wait to the writes of its word.
+// The memory calls themselves (allocation, export, import or open, free, close) are host
+// ops of the trace (kHostCall): the simulator charges each its measured host time.
 //
 // With measure on, every recorded op is bracketed by two events on its own stream, and
 // end_trace() turns them into start and end times: a real per-stream timeline on the
@@ -144,15 +146,12 @@ class TracingDevice final : public Device {
     Device::set_watchdog_seconds(s);
     inner_->set_watchdog_seconds(s);
   }
-  // Memory is made by the wrapped device and goes back to it through here. A free of memory
-  // from alloc() is, on a GPU, cudaFree: it waits for the whole device (bench_kernels'
-  // alloc rows: the host takes the rest of a running 5 ms kernel); the trace says so.
-  // Memory from alloc_fd_shareable (CUDA VMM) frees without waiting.
+  // Memory and mappings are made by the wrapped device and go back to it through here. A
+  // free of memory from alloc() is, on a GPU, cudaFree: it waits for the whole device
+  // (bench_kernels' alloc rows: the host takes the rest of a running 5 ms kernel); the
+  // trace says so. Memory from alloc_fd_shareable (CUDA VMM) frees without waiting.
   void free_buffer(void* ptr, size_t bytes, void* impl) override;
-  void close_mapping(void* ptr, size_t bytes, void* impl) override {
-    note_host_call("the closing of a mapping");
-    inner_->close_mapping(ptr, bytes, impl);
-  }
+  void close_mapping(void* ptr, size_t bytes, void* impl) override;
   std::string graph_ineligible_reason() override { return inner_->graph_ineligible_reason(); }
 
   // Called by this device's events (tracing_device.cpp).
@@ -173,6 +172,9 @@ class TracingDevice final : public Device {
   const Region* region_of(const void* ptr, uintptr_t* start) const;
   void set_export_id(const void* ptr, uint64_t id);
   int append(Stream* s, model::Op op);  // returns the op's index, -1 when not recording
+  // A memory-management call on the host's timeline (kHostCall), when recording: its host
+  // time is modelled (docs/model.md), what it waits for (a runtime free's) traced apart.
+  void append_host_call(model::HostCall what, size_t bytes);
   model::Op copy_op(void* dst, const void* src, size_t width, size_t height) const;
 
   // A host call in a graph window: taints a watch or a capture, ends a replay's holding.

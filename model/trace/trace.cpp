@@ -1,5 +1,8 @@
 // Names of the trace's enums and the byte form of a trace (for the exchange between
 // ranks): little-endian PODs, counts first, every count and index checked on reading.
+// The layout is the same since TRC1: kHostCall ops came later in the same fields (their
+// HostCall in dims[0]), so a stored trace from before them reads as it did (it has none);
+// a reader from before them refuses a trace that has some ("bad op kind 9").
 #include "model/trace/trace.hpp"
 
 #include <cstring>
@@ -19,6 +22,7 @@ const char* op_kind_name(OpKind k) {
     case OpKind::kStreamWaitEvent: return "stream_wait_event";
     case OpKind::kCollective: return "collective";
     case OpKind::kHostSync: return "host_sync";
+    case OpKind::kHostCall: return "host_call";
   }
   return "?";
 }
@@ -40,6 +44,23 @@ const char* collective_kind_name(CollectiveKind k) {
     case CollectiveKind::kAllToAll: return "all_to_all";
     case CollectiveKind::kAllReduce: return "all_reduce";
     case CollectiveKind::kSendRecv: return "send_recv";
+  }
+  return "?";
+}
+
+const char* host_call_name(HostCall k) {
+  switch (k) {
+    case HostCall::kNone: return "none";
+    case HostCall::kAllocRuntime: return "alloc_runtime";
+    case HostCall::kAllocVmm: return "alloc_vmm";
+    case HostCall::kExportHandle: return "export_handle";
+    case HostCall::kExportFd: return "export_fd";
+    case HostCall::kOpenHandle: return "open_handle";
+    case HostCall::kImportFd: return "import_fd";
+    case HostCall::kFreeRuntime: return "free_runtime";
+    case HostCall::kFreeVmm: return "free_vmm";
+    case HostCall::kCloseHandle: return "close_handle";
+    case HostCall::kCloseFd: return "close_fd";
   }
   return "?";
 }
@@ -166,7 +187,7 @@ RankTrace deserialize(const std::string& bytes) {
   const uint64_t n = r.count(100);
   t.ops.resize(n);
   for (Op& o : t.ops) {
-    o.kind = enum_in<OpKind>(r.get<int32_t>(), 0, 8, "op kind");
+    o.kind = enum_in<OpKind>(r.get<int32_t>(), 0, 9, "op kind");
     o.stream = r.get<int32_t>();
     o.kernel = enum_in<KernelKind>(r.get<int32_t>(), 0, 4, "kernel kind");
     o.collective = enum_in<CollectiveKind>(r.get<int32_t>(), 0, 3, "collective kind");
@@ -186,12 +207,13 @@ RankTrace deserialize(const std::string& bytes) {
     o.sequence = r.get<int64_t>();
     o.measured_start_ms = r.get<double>();
     o.measured_end_ms = r.get<double>();
-    const bool host_only = o.kind == OpKind::kHostSync;
-    if (host_only ? o.stream != -1 : (o.stream < 0 || o.stream >= static_cast<int>(t.streams.size())))
+    if (host_only(o.kind) ? o.stream != -1 : (o.stream < 0 || o.stream >= static_cast<int>(t.streams.size())))
       throw std::runtime_error("trace: op on a stream that does not exist");
     if (o.waits_for < kNoOp || o.waits_for >= static_cast<int>(n)) throw std::runtime_error("trace: bad dependency");
     if (o.kind == OpKind::kCollective && (o.group < 0 || o.group >= static_cast<int>(t.groups.size())))
       throw std::runtime_error("trace: collective of an unknown group");
+    if (o.kind == OpKind::kHostCall && (o.dims[0] < 1 || o.dims[0] > kLastHostCall))
+      throw std::runtime_error("trace: bad host call " + std::to_string(o.dims[0]));
   }
   if (!r.done()) throw std::runtime_error("trace: trailing bytes");
   return t;

@@ -26,7 +26,26 @@ enum class OpKind : int {
   kStreamWaitEvent = 6,
   kCollective = 7,       // all-to-all / all-reduce over a group of ranks
   kHostSync = 8,         // the host blocks until an op of this trace is done
+  kHostCall = 9,         // a memory-management call on the host (HostCall in dims[0])
 };
+// What a kHostCall op is (its dims[0]; bytes: the size allocated, exported or mapped).
+// Allocations, exports, mappings and frees cost the host real time (bench_kernels' alloc
+// rows) and wait for no stream; a runtime free's wait for the device is traced apart, as
+// host syncs before it.
+enum class HostCall : int {
+  kNone = 0,
+  kAllocRuntime = 1,  // Device::alloc (cudaMalloc)
+  kAllocVmm = 2,      // alloc_fd_shareable (cuMemCreate, reserve, map, set access)
+  kExportHandle = 3,  // export_handle (cudaIpcGetMemHandle)
+  kExportFd = 4,      // export_fd (cuMemExportToShareableHandle)
+  kOpenHandle = 5,    // open_handle (cudaIpcOpenMemHandle)
+  kImportFd = 6,      // import_fd (cuMemImportFromShareableHandle, reserve, map, set access)
+  kFreeRuntime = 7,   // free of alloc()'s memory (cudaFree)
+  kFreeVmm = 8,       // free of alloc_fd_shareable's memory (unmap, release)
+  kCloseHandle = 9,   // close of an IPC handle's mapping (cudaIpcCloseMemHandle)
+  kCloseFd = 10,      // close of an imported descriptor's mapping (unmap, release)
+};
+constexpr int kLastHostCall = 10;
 enum class KernelKind : int { kNone = 0, kGemm = 1, kNormRope = 2, kAttention = 3, kConvert = 4 };
 // kSendRecv: grouped point-to-point (bytes = what this rank sends in all, dims[1] = to how many)
 enum class CollectiveKind : int { kNone = 0, kAllToAll = 1, kAllReduce = 2, kSendRecv = 3 };
@@ -36,6 +55,10 @@ enum class Via : int { kLocal = 0, kIpcHandle = 1, kFileDescriptor = 2 };
 const char* op_kind_name(OpKind k);          // "kernel", "copy", ...
 const char* kernel_kind_name(KernelKind k);  // "gemm", "norm_rope", ...
 const char* collective_kind_name(CollectiveKind k);
+const char* host_call_name(HostCall k);      // "alloc_runtime", "import_fd", ...
+
+// Ops of the host's own timeline (stream -1): they occupy the host, not a stream.
+inline bool host_only(OpKind k) { return k == OpKind::kHostSync || k == OpKind::kHostCall; }
 
 constexpr int kNoOp = -1;
 
@@ -48,14 +71,14 @@ inline int norm_rope_dtype(int64_t code) { return code > 0 ? static_cast<int>((c
 
 struct Op {
   OpKind kind = OpKind::kKernel;
-  int stream = -1;  // index into RankTrace::streams; -1 for host-only ops (kHostSync)
+  int stream = -1;  // index into RankTrace::streams; -1 for host-only ops (kHostSync, kHostCall)
   KernelKind kernel = KernelKind::kNone;
   CollectiveKind collective = CollectiveKind::kNone;
   double flops = 0;
   double bytes = 0;  // copy: bytes moved; kernel: bytes read + written; collective: per peer
   // gemm: M N K (output element size); attention: B S H D; norm_rope: rows heads head_dim
   // and norm_rope_code(norm kind, dtype) (0: not recorded);
-  // copy: width height (place in its batch, 0: first or alone)
+  // copy: width height (place in its batch, 0: first or alone); host_call: its HostCall
   int64_t dims[4] = {0, 0, 0, 0};
   // Memory: 0 is this rank's own private memory; any other id names a buffer that some
   // rank exported (RankTrace::exported says whose), as this rank reaches it (`via`).

@@ -472,7 +472,7 @@ class _RunExport:
         kinds = [self.t.kind_names[int(o["kind"])] for o in v.ops]
         for s, name in _stream_names(self.t, v, kinds).items():
             self.w.thread(pid, s + 1, name)
-        if any(k == "host_sync" and self._timed(v, i) for i, k in enumerate(kinds)):
+        if any(k in ("host_sync", "host_call") and self._timed(v, i) for i, k in enumerate(kinds)):
             self.w.thread(pid, _TID_HOST, "host")
         for i in range(len(v.ops)):
             if self._timed(v, i):
