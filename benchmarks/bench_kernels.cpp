@@ -651,6 +651,27 @@ void latency_rows(Device& dev, std::vector<Row>& rows) {
 // cuMemCreate + reserve + map + access (alloc_fd_shareable), unmap + free + release;
 // ipc: cudaMalloc of exportable memory, cudaFree.
 constexpr double kBusyMs = 5.0;
+// Host time of making a resource (an allocation, a mapping) and of releasing it: the medians
+// of 5 of each, after one untimed pair (the first call's one-time costs out of the figures).
+template <typename Make>
+std::pair<double, double> median_make_release_ms(const Make& make) {
+  using Clock = std::chrono::steady_clock;
+  auto since_ms = [](Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
+  { auto warm = make(); }
+  std::vector<double> mk, rel;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = Clock::now();
+    auto r = make();
+    mk.push_back(since_ms(t0));
+    t0 = Clock::now();
+    r.reset();
+    rel.push_back(since_ms(t0));
+  }
+  std::sort(mk.begin(), mk.end());
+  std::sort(rel.begin(), rel.end());
+  return {mk[2], rel[2]};
+}
+
 void vmm_import_rows(Device& dev, Stream& a, std::vector<Row>& rows);
 
 void alloc_rows(Device& dev, std::vector<Row>& rows) {
@@ -665,24 +686,12 @@ void alloc_rows(Device& dev, std::vector<Row>& rows) {
     for (const size_t mib : {size_t(2), size_t(32), size_t(128)}) {
       const size_t bytes = mib << 20;
       auto make = [&] { return vmm ? dev.alloc_fd_shareable(bytes) : dev.alloc(bytes, true); };
-      { DeviceBuffer warm = make(); }  // the first call's one-time costs out of the figures
-      // Idle GPU: the median of 5 allocations and frees.
-      std::vector<double> al, fr;
-      for (int i = 0; i < 5; ++i) {
-        auto t0 = Clock::now();
-        DeviceBuffer b = make();
-        al.push_back(since_ms(t0));
-        t0 = Clock::now();
-        b.reset();
-        fr.push_back(since_ms(t0));
-      }
-      std::sort(al.begin(), al.end());
-      std::sort(fr.begin(), fr.end());
+      const auto [al, fr] = median_make_release_ms(make);  // idle GPU
       char shape[32];
       std::snprintf(shape, sizeof(shape), "%zu MiB", mib);
-      rows.push_back({"alloc", std::string(kind) + " target: allocate (idle GPU)", shape, al[2], al[2] * 1e3, "us",
+      rows.push_back({"alloc", std::string(kind) + " target: allocate (idle GPU)", shape, al, al * 1e3, "us",
                       kNoBound, "host time, median of 5"});
-      rows.push_back({"alloc", std::string(kind) + " target: free (idle GPU)", shape, fr[2], fr[2] * 1e3, "us",
+      rows.push_back({"alloc", std::string(kind) + " target: free (idle GPU)", shape, fr, fr * 1e3, "us",
                       kNoBound, "host time, median of 5"});
       // Beside a kernel: does the call wait for the device, and does the GPU run dry?
       for (const bool do_free : {false, true}) {
@@ -728,21 +737,10 @@ void vmm_import_rows(Device& dev, Stream& a, std::vector<Row>& rows) {
     auto src = dev.alloc(bytes);
     dev.memset(a, src.get(), 1, bytes);
     a.synchronize();
-    { PeerMapping warm = dev.import_fd(dev.export_fd(target), bytes); }
-    std::vector<double> im, cl;
-    for (int i = 0; i < 5; ++i) {
-      auto t0 = Clock::now();
-      PeerMapping m = dev.import_fd(dev.export_fd(target), bytes);
-      im.push_back(since_ms(t0));
-      t0 = Clock::now();
-      m.reset();
-      cl.push_back(since_ms(t0));
-    }
-    std::sort(im.begin(), im.end());
-    std::sort(cl.begin(), cl.end());
-    rows.push_back({"alloc", "vmm target: export + import + map (idle GPU)", shape, im[2], im[2] * 1e3, "us", kNoBound,
+    const auto [im, cl] = median_make_release_ms([&] { return dev.import_fd(dev.export_fd(target), bytes); });
+    rows.push_back({"alloc", "vmm target: export + import + map (idle GPU)", shape, im, im * 1e3, "us", kNoBound,
                     "host time, median of 5"});
-    rows.push_back({"alloc", "vmm target: close the imported mapping (idle GPU)", shape, cl[2], cl[2] * 1e3, "us",
+    rows.push_back({"alloc", "vmm target: close the imported mapping (idle GPU)", shape, cl, cl * 1e3, "us",
                     kNoBound, "host time, median of 5"});
     for (const bool do_close : {false, true}) {
       PeerMapping m = do_close ? dev.import_fd(dev.export_fd(target), bytes) : PeerMapping();

@@ -425,23 +425,26 @@ TEST(Simulator, ARanksChunkToItselfIsOneContiguousCopyAtTheStreamingRate) {
   EXPECT_NEAR(simulate(traces(p), m).ranks[0][a0].end_ms, 0.04 + 0.4, 1e-9);  // not 1e8 / 4.5e8 = 0.22
 }
 
+// A bf16 GEMM op of M x N (x K), as the trace records it.
+Op gemm_op(int64_t mm, int64_t n, int64_t k) {
+  Op o;
+  o.kind = OpKind::kKernel;
+  o.kernel = KernelKind::kGemm;
+  o.flops = 2.0 * mm * n * k;
+  o.dims[0] = mm;
+  o.dims[1] = n;
+  o.dims[2] = k;
+  o.dims[3] = 2;
+  return o;
+}
+
 TEST(Simulator, AGemmTooSmallForOneWaveOfBigTilesIsTiledFiner) {
   // 100 SMs at 1e12 flops per ms. A 256 x 512 (x 512) GEMM has 4 tiles of 128x256: on
   // 4 SMs of 100 it would take 25x its full-rate time. It is tiled 64x64 (32 tiles, one
   // partial wave): 0.32 of the rate. A GEMM with a wave or more of big tiles is not
   // changed: 1280 x 3840 is 150 big tiles, 2 waves at 0.75.
   Machine m = simple_machine();
-  auto gemm = [](int64_t mm, int64_t n, int64_t k) {
-    Op o;
-    o.kind = OpKind::kKernel;
-    o.kernel = KernelKind::kGemm;
-    o.flops = 2.0 * mm * n * k;
-    o.dims[0] = mm;
-    o.dims[1] = n;
-    o.dims[2] = k;
-    o.dims[3] = 2;
-    return o;
-  };
+  const auto gemm = gemm_op;
   const Op small = gemm(256, 512, 512), big = gemm(1280, 3840, 512);
   EXPECT_NEAR(standalone_work_ms(small, m, false), small.flops / (1e12 * 0.32), 1e-12);
   EXPECT_NEAR(standalone_work_ms(big, m, false), big.flops / (1e12 * 0.75), 1e-12);
@@ -458,17 +461,7 @@ TEST(Simulator, AGemmTakesItsShapesMeasuredRate) {
   std::mt19937 rng(std::random_device{}());
   std::uniform_real_distribution<double> u(300.0, 900.0);
   Machine m = simple_machine();  // 100 SMs
-  auto gemm = [](int64_t mm, int64_t n, int64_t k) {
-    Op o;
-    o.kind = OpKind::kKernel;
-    o.kernel = KernelKind::kGemm;
-    o.flops = 2.0 * mm * n * k;
-    o.dims[0] = mm;
-    o.dims[1] = n;
-    o.dims[2] = k;
-    o.dims[3] = 2;
-    return o;
-  };
+  const auto gemm = gemm_op;
   // 1280 x 3840: 150 big tiles, 2 waves at 0.75; 5120 x 3840: 600 tiles, 6 full waves.
   const double r_lo = u(rng), r_hi = u(rng), r_other = u(rng);
   m.gemm = {GemmPoint{1280, 3840, 1280, r_lo, "test"}, GemmPoint{5120, 3840, 1280, r_hi, "test"},
