@@ -51,6 +51,8 @@ def main():
     for pt in h100.get("norm_rope_profile", []):
         pt["source"] = f"H200's {pt['gbs']:.1f} GB/s x 3350/4800 (HBM spec ratio; derive.py): " + pt["source"]
         pt["gbs"] = round(pt["gbs"] * scale, 2)
+    for pt in h100.get("gemm_profile", []):  # compute-bound: the same die and clocks (not measured on an H100)
+        pt["source"] = "H200's rate (same GH100 die and clocks; derive.py): " + pt["source"]
     q["sm_count"] = {"value": 132, "unit": "SMs", "source": "spec: H100 SXM, 132 SMs", "range": [132, 132],
                      "range_source": "spec: H100 SXM has 132 SMs"}
     for k, v in q.items():
