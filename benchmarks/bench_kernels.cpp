@@ -651,12 +651,36 @@ void latency_rows(Device& dev, std::vector<Row>& rows) {
 // cuMemCreate + reserve + map + access (alloc_fd_shareable), unmap + free + release;
 // ipc: cudaMalloc of exportable memory, cudaFree.
 constexpr double kBusyMs = 5.0;
+using Clock = std::chrono::steady_clock;
+double since_ms(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// One alloc row: the host time of `call` made while a kBusyMs kernel runs on `a`, and how
+// long the GPU then sat idle before the next kernel (a call that waits for the device takes
+// the host ~kBusyMs).
+void beside_kernel_row(Device& dev, Stream& a, const std::string& what, const std::string& shape,
+                       const std::function<void()>& call, std::vector<Row>& rows) {
+  a.synchronize();
+  auto e0 = dev.create_event(), e1 = dev.create_event();
+  launch_delay(cu(a), kBusyMs);
+  e0->record(a);
+  const auto t0 = Clock::now();
+  call();
+  const double host = since_ms(t0);
+  launch_delay(cu(a), 0.01);
+  e1->record(a);
+  a.synchronize();
+  const double gap = dev.elapsed_ms(*e0, *e1) - 0.01;
+  rows.push_back({"alloc", what + " beside a " + std::to_string(static_cast<int>(kBusyMs)) + " ms kernel", shape, host,
+                  host * 1e3, "us", kNoBound,
+                  "host time; the GPU then idle " + std::to_string(gap).substr(0, 6) +
+                      " ms before the next kernel (a call that waits for the device: host ~" +
+                      std::to_string(static_cast<int>(kBusyMs)) + " ms)"});
+}
+
 // Host time of making a resource (an allocation, a mapping) and of releasing it: the medians
 // of 5 of each, after one untimed pair (the first call's one-time costs out of the figures).
 template <typename Make>
 std::pair<double, double> median_make_release_ms(const Make& make) {
-  using Clock = std::chrono::steady_clock;
-  auto since_ms = [](Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
   { auto warm = make(); }
   std::vector<double> mk, rel;
   for (int i = 0; i < 5; ++i) {
@@ -678,8 +702,6 @@ void alloc_rows(Device& dev, std::vector<Row>& rows) {
   if (!dev.vmm_ineligible_reason().empty())
     std::fprintf(stderr, "bench_kernels: allocation: vmm not measured (%s)\n", dev.vmm_ineligible_reason().c_str());
   auto a = dev.create_stream(StreamPriority::kNormal);
-  using Clock = std::chrono::steady_clock;
-  auto since_ms = [](Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
   for (const bool vmm : {true, false}) {
     if (vmm && !dev.vmm_ineligible_reason().empty()) continue;
     const char* kind = vmm ? "vmm" : "ipc";
@@ -696,24 +718,10 @@ void alloc_rows(Device& dev, std::vector<Row>& rows) {
       // Beside a kernel: does the call wait for the device, and does the GPU run dry?
       for (const bool do_free : {false, true}) {
         DeviceBuffer b = do_free ? make() : DeviceBuffer();
-        a->synchronize();
-        auto e0 = dev.create_event(), e1 = dev.create_event();
-        launch_delay(cu(*a), kBusyMs);
-        e0->record(*a);
-        const auto t0 = Clock::now();
-        if (do_free) b.reset();
-        else b = make();
-        const double host = since_ms(t0);
-        launch_delay(cu(*a), 0.01);
-        e1->record(*a);
-        a->synchronize();
-        const double gap = dev.elapsed_ms(*e0, *e1) - 0.01;
-        rows.push_back({"alloc", std::string(kind) + " target: " + (do_free ? "free" : "allocate") + " beside a " +
-                                     std::to_string(static_cast<int>(kBusyMs)) + " ms kernel", shape, host,
-                        host * 1e3, "us", kNoBound,
-                        "host time; the GPU then idle " + std::to_string(gap).substr(0, 6) +
-                            " ms before the next kernel (a call that waits for the device: host ~" +
-                            std::to_string(static_cast<int>(kBusyMs)) + " ms)"});
+        beside_kernel_row(dev, *a, std::string(kind) + " target: " + (do_free ? "free" : "allocate"), shape, [&] {
+          if (do_free) b.reset();
+          else b = make();
+        }, rows);
       }
     }
   }
@@ -727,8 +735,6 @@ void alloc_rows(Device& dev, std::vector<Row>& rows) {
 // running kernel; the mapping's close; and a copy into a fresh mapping against the same
 // copy into it again (first touch).
 void vmm_import_rows(Device& dev, Stream& a, std::vector<Row>& rows) {
-  using Clock = std::chrono::steady_clock;
-  auto since_ms = [](Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
   for (const size_t mib : {size_t(2), size_t(32), size_t(128)}) {
     const size_t bytes = mib << 20;
     char shape[32];
@@ -744,25 +750,12 @@ void vmm_import_rows(Device& dev, Stream& a, std::vector<Row>& rows) {
                     kNoBound, "host time, median of 5"});
     for (const bool do_close : {false, true}) {
       PeerMapping m = do_close ? dev.import_fd(dev.export_fd(target), bytes) : PeerMapping();
-      a.synchronize();
-      auto e0 = dev.create_event(), e1 = dev.create_event();
-      launch_delay(cu(a), kBusyMs);
-      e0->record(a);
-      const auto t0 = Clock::now();
-      if (do_close) m.reset();
-      else m = dev.import_fd(dev.export_fd(target), bytes);
-      const double host = since_ms(t0);
-      launch_delay(cu(a), 0.01);
-      e1->record(a);
-      a.synchronize();
-      const double gap = dev.elapsed_ms(*e0, *e1) - 0.01;
-      rows.push_back({"alloc",
-                      std::string("vmm target: ") + (do_close ? "close the imported mapping" : "export + import + map") +
-                          " beside a " + std::to_string(static_cast<int>(kBusyMs)) + " ms kernel",
-                      shape, host, host * 1e3, "us", kNoBound,
-                      "host time; the GPU then idle " + std::to_string(gap).substr(0, 6) +
-                          " ms before the next kernel (a call that waits for the device: host ~" +
-                          std::to_string(static_cast<int>(kBusyMs)) + " ms)"});
+      beside_kernel_row(dev, a,
+                        std::string("vmm target: ") + (do_close ? "close the imported mapping" : "export + import + map"),
+                        shape, [&] {
+                          if (do_close) m.reset();
+                          else m = dev.import_fd(dev.export_fd(target), bytes);
+                        }, rows);
     }
     // First touch: a copy into a mapping just made, then the same copy again.
     PeerMapping m = dev.import_fd(dev.export_fd(target), bytes);
