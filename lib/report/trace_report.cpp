@@ -96,7 +96,7 @@ void write_traced_layer(const h5::Group& run_group, const RunResult& r) {
   if (!rank.empty()) {
     g.write_dataset("op_rank", n, rank.data());
     g.write_dataset("op_stream", n, stream.data());
-    g.write_dataset("op_kind", n, kind.data()).write_attr("names", names_of(10, op_name));
+    g.write_dataset("op_kind", n, kind.data()).write_attr("names", names_of(model::kNumOpKinds, op_name));
     g.write_dataset("op_kernel", n, kernel.data()).write_attr("names", names_of(5, kernel_name));
     g.write_dataset("op_collective", n, coll.data()).write_attr("names", names_of(4, collective_name));
     g.write_dataset("op_src_rank", n, src.data());

@@ -187,7 +187,7 @@ RankTrace deserialize(const std::string& bytes) {
   const uint64_t n = r.count(100);
   t.ops.resize(n);
   for (Op& o : t.ops) {
-    o.kind = enum_in<OpKind>(r.get<int32_t>(), 0, 9, "op kind");
+    o.kind = enum_in<OpKind>(r.get<int32_t>(), 0, kNumOpKinds - 1, "op kind");
     o.stream = r.get<int32_t>();
     o.kernel = enum_in<KernelKind>(r.get<int32_t>(), 0, 4, "kernel kind");
     o.collective = enum_in<CollectiveKind>(r.get<int32_t>(), 0, 3, "collective kind");
