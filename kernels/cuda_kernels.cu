@@ -1146,8 +1146,9 @@ template <typename T, int kNorm>
 void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x, const NormRopeParams& p, int chunks,
                          int batch, int pipe, int staged) {
   const int G = chunks <= 32 ? chunks : 32;  // lanes per head
+  const bool pow2_groups = (G & (G - 1)) == 0;
   const int row_chunks = x.heads * chunks, per_thread = (row_chunks + kRowWarps * 32 - 1) / (kRowWarps * 32);
-  if (pipe < 0 && batch == 0 && staged < 0 && per_thread <= 12 && flat_is_pick<T, kNorm>((G & (G - 1)) == 0))
+  if (pipe < 0 && batch == 0 && staged < 0 && per_thread <= 12 && flat_is_pick<T, kNorm>(pow2_groups))
     pipe = kNormRopeFlatPipe;
   if (pipe == kNormRopeFlatPipe) {
     // Chunks a thread: 3 for the benchmark's 16-bit rows (378-384 chunks), 6 for its fp32 rows.
@@ -1162,7 +1163,6 @@ void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x
   const int passes = (x.heads + 32 / G - 1) / (32 / G);
   constexpr bool across = kNorm == static_cast<int>(NormKind::kRmsAcrossHeads);
   const bool forced = batch != 0 || pipe >= 0;  // a register walk asked for by name
-  const bool pow2_groups = (G & (G - 1)) == 0;
   // The layer's pick, as bench_kernels measured every walk on the H200 (2026-12-01, at
   // 0fb166f, % of the copy bound): the staged walk only for LayerNorm at 16-bit types
   // and power-of-two lane groups (75-78% against 71-73% pipelined); elsewhere it lost
