@@ -54,6 +54,10 @@ struct Options {
   std::map<std::string, std::string> group;                  // measured report -> the group left out with it
 };
 
+// --rates of predict and ops (calibrate, validate and loo say more: the fitted file keeps them).
+constexpr const char* kRatesHelp =
+    "a bench_kernels -o file: its profiles (norm+RoPE, GEMM by shape) become the machine's; repeatable";
+
 // The three subcommands share their options: each declared once here.
 void declare(CLI::App& app, Options& o) {
   app.require_subcommand(1);
@@ -116,14 +120,14 @@ void declare(CLI::App& app, Options& o) {
   CLI::App* pr = app.add_subcommand(
       "predict", "Replay --mode model reports on the machine, with each run's most sensitive parameter (JSON; MODELLED).");
   pr->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
-  pr->add_option("--rates", o.rates, "a bench_kernels -o file: its profiles (norm+RoPE, GEMM by shape) become the machine's; repeatable")
+  pr->add_option("--rates", o.rates, kRatesHelp)
       ->type_name("BENCH.h5");
   pr->add_option("reports", o.predict_reports, "--mode model reports")->required()->type_name("REPORT.h5");
   pr->add_option("-o,--output", o.output, "the JSON to write")->required()->type_name("OUT.json");
   CLI::App* op = app.add_subcommand(
       "ops", "Op by op: a GPU report's traced layers, measured (events around each op) against their replay (MODELLED).");
   op->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
-  op->add_option("--rates", o.rates, "a bench_kernels -o file: its profiles (norm+RoPE, GEMM by shape) become the machine's; repeatable")
+  op->add_option("--rates", o.rates, kRatesHelp)
       ->type_name("BENCH.h5");
   op->add_option("--run", o.op_runs, "only this run (CASE/RUN; repeatable)")->type_name("CASE/RUN");
   op->add_option("reports", o.predict_reports, "--mode gpu reports with measured traced layers")
