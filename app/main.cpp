@@ -181,6 +181,15 @@ void check_slurm_world(int world) {
                            "srun --mpi=pmix, or mpirun inside the job (see jobscripts/README.md)");
 }
 
+// Said by our own code before MPI_Abort: mpirun relays the code in its MPI_ABORT banner,
+// but that relay can be lost (Open MPI 4.1 fails to unpack it when several ranks abort
+// at once) and with orte_enable_recovery mpirun itself returns 0.
+void say_abort(int rank, int code) {
+  std::fprintf(stderr, "ulysses-ipc: rank %d ends the job with exit code %d (%s)\n", rank, code,
+               uipc::exit_code_meaning(code));
+  std::fflush(stderr);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -241,12 +250,14 @@ int main(int argc, char** argv) {
     // A peer timeout: the peers it names are often stuck on a wait whose own watchdog
     // fires moments later and says what they wait for. Let them speak before the abort.
     if (e.exit_code() == uipc::kExitPeerTimeout) std::this_thread::sleep_for(std::chrono::seconds(2));
+    say_abort(rank, e.exit_code());
     MPI_Abort(MPI_COMM_WORLD, e.exit_code());
     return e.exit_code();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ulysses-ipc: internal error on rank %d: %s\n", rank, uipc::printable(e.what()).c_str());
     std::fflush(stderr);
     uipc::host_unlink_all_shm();
+    say_abort(rank, uipc::kExitRuntime);
     MPI_Abort(MPI_COMM_WORLD, uipc::kExitRuntime);
     return uipc::kExitRuntime;
   }

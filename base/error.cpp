@@ -45,6 +45,18 @@ namespace {
 std::atomic<const char*> g_activity{"starting"};
 }  // namespace
 
+const char* exit_code_meaning(int code) {
+  switch (code) {
+    case kExitOk: return "success";
+    case kExitBadInput: return "bad command line, deck, or layout";
+    case kExitRuntime: return "a device, transport, MPI or HDF5 failure";
+    case kExitPeerTimeout: return "a peer timed out";
+    case kExitParityFailed: return "parity failed";
+    case kExitModelOnly: return "modelled figures only";
+    default: return code > kExitSignalBase ? "ended by a signal" : "unknown";
+  }
+}
+
 void set_activity(const char* literal) { g_activity.store(literal, std::memory_order_relaxed); }
 const char* current_activity() { return g_activity.load(std::memory_order_relaxed); }
 

@@ -23,6 +23,11 @@ enum ExitCode : int {
   kExitSignalBase = 128,  // + the signal: 130 SIGINT, 143 SIGTERM (the shells' convention)
 };
 
+// What an exit code means, in the words of the enum's comments ("a peer timed out").
+// Printed by a rank that takes the job down, because mpirun's own relay of the code
+// (its MPI_ABORT banner) can be lost when several ranks abort at once.
+const char* exit_code_meaning(int code);
+
 // Base of every error the project throws on purpose; carries the exit code.
 class Error : public std::runtime_error {
  public:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, mpi_env, shm_entries
+from conftest import REPO, mpi_env, orphan_segments
 
 DECKS = REPO / "tests" / "decks"
 # The deck parser's time limit (lib/deck/deck_wire.hpp), short: libhdf5_infinite_loop.h5 makes
@@ -29,7 +29,7 @@ def manifest() -> list[tuple[str, str]]:
 
 # What must never appear: our own crash paths (a rank-local error aborting the run, an
 # uncaught exception) and the banners of MPI, the C++ runtime and the sanitizers.
-BANNERS = ["error on rank", "internal error", "MPI_ABORT", "MPI_Abort", "terminate called", "Aborted",
+BANNERS = ["error on rank", "ends the job with exit code", "internal error", "MPI_ABORT", "MPI_Abort", "terminate called", "Aborted",
            "Segmentation fault", "core dumped", "AddressSanitizer", "runtime error:", "Traceback",
            "exited on signal", "HDF5-DIAG"]
 
@@ -76,7 +76,7 @@ def test_manifest_lists_every_deck_and_generator_is_current():
 
 @pytest.mark.parametrize("name,expected", manifest(), ids=[n for n, _ in manifest()])
 def test_bad_deck_is_one_clean_error_exit_2(app, tmp_path, name, expected):
-    before = shm_entries()
+    before = orphan_segments()
     report = tmp_path / "r.h5"
     cmd = ["mpirun", "-np", "2", "--oversubscribe", app, str(DECKS / name), "-o", str(report)]
     p = run_bounded(cmd, mpi_env(PARSE_TIMEOUT), 90)
@@ -90,7 +90,7 @@ def test_bad_deck_is_one_clean_error_exit_2(app, tmp_path, name, expected):
     others = [l for l in err.splitlines() if l.strip() and not l.startswith("ulysses-ipc: error")]
     assert not [l for l in others if "ulysses" in l], f"{name}: more than one message:\n{err}"
     assert not report.exists() and not list(tmp_path.glob("r.h5.tmp-*")), f"{name}: a report was written"
-    assert shm_entries() <= before, f"{name}: shared memory left behind"
+    assert orphan_segments() <= before, f"{name}: shared memory left behind"
 
 
 @pytest.mark.parametrize("name,expected", manifest(), ids=[n for n, _ in manifest()])

@@ -156,7 +156,9 @@ def test_sigkilled_rank_survivors_give_up_within_the_watchdog(app, tmp_path, tra
     named = [l for l in err.splitlines() if l.startswith("ulysses-ipc: error")
              and re.search(r"(peer 2|rank\(s\) [0-9, ]*\b2\b[0-9, ]*) did not arrive", l)]
     assert named, f"no survivor named the dead rank 2:\n{err}"
-    assert "MPI_ABORT was invoked" in err and "errorcode 4" in err, err  # exit code 4: a peer timed out
+    # Exit code 4 (a peer timed out), as the aborting rank says it: mpirun's own MPI_ABORT
+    # banner is not asserted, Open MPI 4.1 can lose it when several ranks abort at once.
+    assert re.search(r"ulysses-ipc: rank \d+ ends the job with exit code 4 \(a peer timed out\)", err), err
     assert_nothing_left(tmp_path, pids.values())
 
 
