@@ -1,6 +1,7 @@
 """Fixtures for the end-to-end tests: the built binary and a way to run it under mpirun."""
 import os
 import pathlib
+import re
 import subprocess
 
 import pytest
@@ -47,3 +48,13 @@ def run_attrs(report):
 def shm_entries() -> set[str]:
     """This program's shared-memory segments currently in /dev/shm."""
     return {p.name for p in pathlib.Path("/dev/shm").glob("uipc*")}
+
+
+def orphan_segments() -> set[str]:
+    """Segments whose creating process is gone: what a run leaked. Named
+    uipc-<pid>-r<rank>-<n> (comm/device/host_device.cpp), so the segments of runs still
+    going beside this test (ctest -j2) are not counted against it."""
+    def alive(name: str) -> bool:
+        m = re.match(r"uipc-(\d+)-", name)
+        return bool(m) and pathlib.Path(f"/proc/{m.group(1)}").exists()
+    return {e for e in shm_entries() if not alive(e)}

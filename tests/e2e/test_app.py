@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import REPO, mpi_env, shm_entries
+from conftest import REPO, mpi_env, orphan_segments
 
 DEFAULT = str(REPO / "inputs" / "default.h5")
 PROTOCOL = str(REPO / "inputs" / "protocol.h5")
@@ -26,7 +26,7 @@ def runs_of(report):
 
 @pytest.mark.parametrize("np_", [1, 2, 4])
 def test_default_deck_passes_parity_and_reads_with_h5py(run, tmp_path, np_):
-    before = shm_entries()
+    before = orphan_segments()
     report = tmp_path / "r.h5"
     p = run(np_, DEFAULT, "-o", str(report))
     assert p.returncode == 0, p.stderr + p.stdout
@@ -50,7 +50,7 @@ def test_default_deck_passes_parity_and_reads_with_h5py(run, tmp_path, np_):
         assert a["transport_used"] == a["transport"]
     assert n == 10  # 3 + 3 runs of small-bf16, 2 + 2 of small-fp16-layernorm
     assert not list(tmp_path.glob("*.tmp-*")), "no temporary report may remain"
-    assert shm_entries() <= before, "shared memory left behind"
+    assert orphan_segments() <= before, "shared memory left behind"
 
 
 @pytest.mark.parametrize("np_", [2, 4])
@@ -286,7 +286,7 @@ def _long_deck(app, tmp_path, transport):
 def check_a_stopped_peer_is_named(app, deck, tmp_path, *extra_args):
     """4 ranks with --watchdog 3, rank 2 stopped (SIGSTOP) 4 s in: the others give up within
     the watchdog (exit 4), naming it, with no report and no shared memory left behind."""
-    before = shm_entries()
+    before = orphan_segments()
     report = tmp_path / "r.h5"
     cmd = ["mpirun", "-np", "4", "--oversubscribe", app, str(deck), "-o", str(report), "--watchdog", "3",
            *extra_args]
@@ -312,7 +312,7 @@ def check_a_stopped_peer_is_named(app, deck, tmp_path, *extra_args):
     assert took < 30, f"took {took:.1f} s to give up"
     assert "did not arrive" in err, err
     assert not report.exists()
-    assert shm_entries() <= before, "shared memory left behind"
+    assert orphan_segments() <= before, "shared memory left behind"
 
 
 @pytest.mark.parametrize("transport", ["ipc", "nccl"])
@@ -322,7 +322,7 @@ def test_stopped_peer_is_named_and_everyone_exits_4(app, tmp_path, transport):
 
 
 def test_sigint_leaves_no_report_and_no_shared_memory(app, tmp_path):
-    before = shm_entries()
+    before = orphan_segments()
     deck = _long_deck(app, tmp_path, "ipc")
     cmd = ["mpirun", "-np", "2", "--oversubscribe", app, str(deck), "-o", str(tmp_path / "r.h5")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env())
@@ -331,7 +331,7 @@ def test_sigint_leaves_no_report_and_no_shared_memory(app, tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert not (tmp_path / "r.h5").exists() and not list(tmp_path.glob("r.h5.tmp-*"))
-    assert shm_entries() <= before, "shared memory left behind"
+    assert orphan_segments() <= before, "shared memory left behind"
 
 
 SIM_TWINS = sorted(p.name for p in (REPO / "inputs").glob("*-sim.h5"))

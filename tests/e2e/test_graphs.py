@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import REPO, run_attrs as runs_of, shm_entries
+from conftest import REPO, run_attrs as runs_of, orphan_segments
 from test_app import _long_deck, check_a_stopped_peer_is_named, make_deck
 
 
@@ -28,7 +28,7 @@ def graph_deck(app, tmp_path):
 
 @pytest.mark.parametrize("np_", [2, 4])
 def test_replayed_layers_are_the_op_by_op_layers(run, tmp_path, graph_deck, np_):
-    before = shm_entries()
+    before = orphan_segments()
     report = tmp_path / "r.h5"
     p = run(np_, str(graph_deck), "--gather", "ipc", "-o", str(report), timeout=600)
     assert p.returncode == 0, p.stderr + p.stdout
@@ -81,7 +81,7 @@ def test_replayed_layers_are_the_op_by_op_layers(run, tmp_path, graph_deck, np_)
     assert {r[1] for r in rows} == {f"{t}.{s}" for t in ("nccl", "ipc", "vmm")
                                    for s in ("baseline", "v-first", "v-project-first", "v-first-split")}
     assert all(int(r[3]) == layers - 3 for r in rows if not r[1].startswith("nccl")), rows
-    assert shm_entries() <= before, "shared memory left behind"
+    assert orphan_segments() <= before, "shared memory left behind"
 
 
 def test_graphs_off_runs_every_layer_op_by_op(run, tmp_path, graph_deck):
