@@ -1,10 +1,12 @@
 // MPI bootstrap: owned communicators, node discovery, handle and string exchange.
 #include "comm/bootstrap.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <set>
 #include <thread>
 
@@ -60,6 +62,24 @@ std::string host_name() {
   char host[256] = {0};
   if (gethostname(host, sizeof(host) - 1) != 0) return "unknown";
   return host;
+}
+
+std::string host_cpu() {
+  std::string model = "unknown";
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const size_t b = line.find_first_not_of(" \t", colon + 1);
+    if (b != std::string::npos) model = line.substr(b);
+    break;
+  }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return model;
+  const int n = CPU_COUNT(&set);
+  return model + ", " + std::to_string(n) + (n == 1 ? " CPU usable" : " CPUs usable");
 }
 
 NodeInfo node_info(MPI_Comm comm) {

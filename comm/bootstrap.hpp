@@ -35,6 +35,10 @@ MpiComm dup_comm(MPI_Comm c);
 MpiComm split_comm(MPI_Comm parent, const std::vector<int>& ranks, int my_rank_in_parent);
 
 std::string host_name();
+// The host's processor as the model needs it to tell hosts apart (host costs are the
+// host's): /proc/cpuinfo's "model name" and the CPUs this process may run on, e.g.
+// "AMD EPYC 9654 96-Core Processor, 16 CPUs usable"; "unknown" where Linux does not say.
+std::string host_cpu();
 // Rank within the node and ranks on the node.
 struct NodeInfo {
   int local_rank = 0;

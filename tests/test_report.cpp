@@ -179,6 +179,7 @@ Provenance make_prov() {
   p.world_size = 4;
   p.hosts = {"node0", "node0", "node0", "node0"};
   p.devices = {"sim:0", "sim:1", "sim:2", "sim:3"};
+  p.host_cpus = {"CPU A, 16 CPUs usable", "CPU A, 16 CPUs usable", "CPU B, 8 CPUs usable", "unknown"};
   p.node_of_rank = {0, 0, 1, 1};
   p.node_layout = "2 nodes x 2 ranks (declared: --ranks-per-node 2)";
   p.versions = {{"mpi", "Open MPI 4.1"}, {"hdf5", "1.10.8"}, {"kokkos", "3.4.1"}};
@@ -241,6 +242,7 @@ TEST(Report, WrittenAndReadBackWithPlainHdf5) {
   EXPECT_EQ(attr_strings(f, "cases"), (std::vector<std::string>{"small-bf16", "tiny-dump"}));
   EXPECT_EQ(attr_strings(f, "hosts"), prov.hosts);
   EXPECT_EQ(attr_strings(f, "devices"), prov.devices);
+  EXPECT_EQ(attr_strings(f, "host_cpus"), prov.host_cpus);
   EXPECT_EQ(attr_ints(f, "node_of_rank"), prov.node_of_rank);
   EXPECT_EQ(attr_string(f, "node_layout"), prov.node_layout);
   hid_t vg = H5Gopen2(f, "versions", H5P_DEFAULT);

@@ -298,6 +298,7 @@ void write_report(const std::string& path, const Provenance& prov, const std::ve
       root.write_attr("cases", names);
       root.write_attr("hosts", prov.hosts);
       root.write_attr("devices", prov.devices);
+      root.write_attr("host_cpus", prov.host_cpus);
       root.write_attr("node_of_rank", prov.node_of_rank);
       root.write_attr("node_layout", prov.node_layout);
       h5::Group versions = root.create_group("versions");

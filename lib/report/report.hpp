@@ -127,6 +127,7 @@ struct Provenance {
   int world_size = 0;
   std::vector<std::string> hosts;    // per rank
   std::vector<std::string> devices;  // per rank
+  std::vector<std::string> host_cpus;  // per rank: comm/bootstrap.hpp host_cpu()
   std::vector<int64_t> node_of_rank; // per rank: its node (comm/nodes.hpp)
   std::string node_layout;           // e.g. "2 nodes x 2 ranks (declared: --ranks-per-node 2)"
   std::map<std::string, std::string> versions;  // "mpi", "hdf5", "kokkos", "cuda", "nccl", ...

@@ -178,6 +178,7 @@ Provenance gather_provenance(const RunOptions& opt, const Backend& be, const Nod
   prov.deck_path = opt.deck_path;
   prov.world_size = world;
   prov.hosts = allgather_strings(MPI_COMM_WORLD, host_name(), be.device->watchdog_seconds(), "the provenance");
+  prov.host_cpus = allgather_strings(MPI_COMM_WORLD, host_cpu(), be.device->watchdog_seconds(), "the provenance");
   prov.devices =
       allgather_strings(MPI_COMM_WORLD, be.device->name(), be.device->watchdog_seconds(), "the provenance");
   prov.node_of_rank.assign(nodes.node_of.begin(), nodes.node_of.end());

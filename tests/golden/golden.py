@@ -6,7 +6,7 @@ Each invocation of RUNS records its exit code, its first error line and, where i
 report, the report's structure (every group, dataset and attribute name, dtype and
 shape) and its values: output digests, parity, counters, layouts, and the modelled
 figures, rounded to 6 significant digits. Left out, since they change from run to run
-or machine to machine: provenance (revision, date, command line, hosts, devices,
+or machine to machine: provenance (revision, date, command line, hosts, host CPUs, devices,
 versions) and every time a simulated run measured on the CPU (stage_ms, the statistics
 over it, measured op times; the trace words, which hold them and handles), of which only
 the shape is kept. Error lines have the checkout's path and the host's free memory masked.
@@ -74,7 +74,7 @@ MEASURED = {"stage_ms", "v_copy_ms", "v_overlap_ms", "median_ms", "p10_ms", "p90
 # Host wall times: measured in every mode (the host's own clock), never modelled.
 HOST_TIMES = {"host_enqueue_ms"}
 # Provenance: changes with the build, the date and the machine.
-PROVENANCE = {"software_version", "date", "command_line", "hosts", "devices"}
+PROVENANCE = {"software_version", "date", "command_line", "hosts", "host_cpus", "devices"}
 # Datasets longer than this are recorded as a digest of their (rounded) values.
 INLINE_MAX = 16
 
