@@ -698,6 +698,25 @@ std::pair<double, double> median_make_release_ms(const Make& make) {
 
 void vmm_import_rows(Device& dev, Stream& a, std::vector<Row>& rows);
 
+// Host time of a target's export (the descriptor made) and, apart, of its import and
+// mapping: medians of 5 of each, after one untimed pair. The descriptor is closed by
+// import_fd; the mapping's close is not timed here.
+std::pair<double, double> median_export_import_ms(Device& dev, const DeviceBuffer& target, size_t bytes) {
+  { PeerMapping warm = dev.import_fd(dev.export_fd(target), bytes); }
+  std::vector<double> ex, im;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = Clock::now();
+    const int fd = dev.export_fd(target);
+    ex.push_back(since_ms(t0));
+    t0 = Clock::now();
+    PeerMapping m = dev.import_fd(fd, bytes);
+    im.push_back(since_ms(t0));
+  }
+  std::sort(ex.begin(), ex.end());
+  std::sort(im.begin(), im.end());
+  return {ex[2], im[2]};
+}
+
 void alloc_rows(Device& dev, std::vector<Row>& rows) {
   if (!dev.vmm_ineligible_reason().empty())
     std::fprintf(stderr, "bench_kernels: allocation: vmm not measured (%s)\n", dev.vmm_ineligible_reason().c_str());
@@ -746,6 +765,13 @@ void vmm_import_rows(Device& dev, Stream& a, std::vector<Row>& rows) {
     const auto [im, cl] = median_make_release_ms([&] { return dev.import_fd(dev.export_fd(target), bytes); });
     rows.push_back({"alloc", "vmm target: export + import + map (idle GPU)", shape, im, im * 1e3, "us", kNoBound,
                     "host time, median of 5"});
+    // The same two calls timed apart: at one rank a target is exported and never imported,
+    // so the model needs the export's own share (what vmm without its cache pays there).
+    const auto [ex, im_only] = median_export_import_ms(dev, target, bytes);
+    rows.push_back({"alloc", "vmm target: export alone (idle GPU)", shape, ex, ex * 1e3, "us", kNoBound,
+                    "host time of cuMemExportToShareableHandle, median of 5"});
+    rows.push_back({"alloc", "vmm target: import + map alone (idle GPU)", shape, im_only, im_only * 1e3, "us",
+                    kNoBound, "host time of import, reserve, map, set access, median of 5"});
     rows.push_back({"alloc", "vmm target: close the imported mapping (idle GPU)", shape, cl, cl * 1e3, "us",
                     kNoBound, "host time, median of 5"});
     for (const bool do_close : {false, true}) {
