@@ -56,7 +56,7 @@ struct Options {
 
 // --rates of predict and ops (calibrate, validate and loo say more: the fitted file keeps them).
 constexpr const char* kRatesHelp =
-    "a bench_kernels -o file: its profiles (norm+RoPE, GEMM by shape) become the machine's; repeatable";
+    "a bench_kernels -o file: its profiles (norm+RoPE, GEMM and attention by shape) become the machine's; repeatable";
 
 // The three subcommands share their options: each declared once here.
 void declare(CLI::App& app, Options& o) {
@@ -95,7 +95,7 @@ void declare(CLI::App& app, Options& o) {
                   "machine's in that report's replays (repeatable)")
         ->type_name("MEASURED=BENCH.h5");
     c->add_option("--rates", o.rates,
-                  "a bench_kernels -o file of the current code: the profiles it holds (norm+RoPE, GEMM by shape) "
+                  "a bench_kernels -o file of the current code: the profiles it holds (norm+RoPE, GEMM and attention by shape) "
                   "become the machine's (and the fitted file's); repeatable, one file a profile")
         ->type_name("BENCH.h5");
     c->add_option("--group", o.group_args,
@@ -548,6 +548,7 @@ int model_command(int argc, char** argv) {
     BenchRates rates = read_bench_rates(o.rates);
     if (!rates.norm_rope.empty()) base.norm_rope = std::move(rates.norm_rope);
     if (!rates.gemm.empty()) base.gemm = std::move(rates.gemm);
+    if (!rates.attention.empty()) base.attention = std::move(rates.attention);
   }
   if (o.command == "nccl") return print_modeled_alltoall(base, o.nccl_ranks, o.markdown);
   if (o.command == "kernel") return print_modeled_kernels(base, o.gemms, o.attentions);

@@ -8,6 +8,8 @@
 //  - GEMM: the QKV projection, whole and split by columns as the own-slice schedules split it;
 //  - GEMM by shape (gemm_shapes): every (K, N) of the shipped decks' layers, M 256..131072
 //    (the machine model's GEMM profile);
+//  - attention by shape (attention_shapes): cuDNN SDPA at every shipped layer's attention
+//    at Ulysses 1-8, sequences to 119k (the machine model's attention profile);
 //  - copies: the strided V view;
 //  - what runs where: each copy kind the transports use, beside a kernel that holds every
 //    SM; a copy that finishes while the kernel runs is on a copy engine, one that waits
@@ -34,7 +36,9 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/dtype.hpp"
@@ -45,6 +49,7 @@
 #include "kernels/cuda_internal.hpp"
 #include "kernels/cuda_kernels.hpp"
 #include "git_rev.h"
+#include "lib/deck/model_layer.hpp"
 #include "lib/hdf5/hdf5_file.hpp"
 #include "lib/report/model_bench.hpp"
 
@@ -903,6 +908,54 @@ void attention_rows(Device& dev, Stream& s, std::vector<Row>& rows) {
                   cuda_attention_path(*ref)});
 }
 
+// --- attention by shape (attention_shapes): cuDNN SDPA at every shipped model layer's
+// attention as the largest rank of each Ulysses degree runs it (B1, the model's tokens,
+// ceil(heads / U) heads, its head_dim; U = 1, 2, 4, 8), sequences from 4096 to 119k: the
+// model's attention profile (model calibrate|validate|loo --rates). A shape that does not
+// run on cuDNN gets a row saying so and is not timed further (nor read by the model).
+void attention_shape_rows(Device& dev, Stream& s, std::vector<Row>& rows) {
+  struct Shape {
+    int64_t seq;
+    int heads, head_dim;
+    bool operator<(const Shape& o) const {
+      return std::tie(head_dim, seq, heads) < std::tie(o.head_dim, o.seq, o.heads);
+    }
+  };
+  std::set<Shape> shapes;
+  for (const ModelLayer& m : model_layers())
+    for (const auto& res : m.resolutions)
+      for (const int u : {1, 2, 4, 8}) shapes.insert({res.second, (m.heads + u - 1) / u, m.head_dim});
+  size_t max_n = 0;
+  for (const Shape& sh : shapes) max_n = std::max(max_n, static_cast<size_t>(sh.seq) * sh.heads * sh.head_dim);
+  auto kern = make_cuda_kernels();  // cuDNN where built (the layer's default)
+  auto q = random_buffer(dev, s, *kern, max_n, DType::kBF16, 11);
+  auto k = random_buffer(dev, s, *kern, max_n, DType::kBF16, 12);
+  auto v = random_buffer(dev, s, *kern, max_n, DType::kBF16, 13);
+  auto o = dev.alloc(max_n * 2);
+  s.synchronize();
+  for (const Shape& sh : shapes) {
+    const double flops = 4.0 * sh.heads * static_cast<double>(sh.seq) * static_cast<double>(sh.seq) * sh.head_dim;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim));
+    auto run = [&] {
+      kern->attention(s, q.get(), k.get(), v.get(), o.get(), 1, sh.seq, sh.heads, sh.head_dim, DType::kBF16, scale);
+    };
+    char shape[64];
+    std::snprintf(shape, sizeof(shape), "B1 H%d S%lld D%d bf16", sh.heads, static_cast<long long>(sh.seq), sh.head_dim);
+    run();
+    s.synchronize();
+    const std::string path = cuda_attention_path(*kern);
+    if (path != "cudnn") {
+      rows.push_back({"attention", "attention by shape: not on cuDNN", shape, 0, 0, "", kNoBound, path});
+      continue;
+    }
+    // About 20 ms a timing at 700 TFLOP/s, 1 to 20 runs.
+    const int iters = static_cast<int>(std::clamp(20e-3 * 700e12 / flops, 1.0, 20.0));
+    const double t = time_ms(dev, s, 1, iters, run, 3);
+    rows.push_back({"attention", kAttentionShapeRowWhat, shape, t, flops / t * 1e-9, "TFLOP/s", kNoBound,
+                    "the model's attention profile (model calibrate|validate|loo --rates)"});
+  }
+}
+
 void write_h5(const std::string& path, const std::vector<Row>& rows, const std::vector<NormCell>& cells,
               double bound_tbs, const std::string& device, const std::vector<bench::AllToAllPoint>& nccl) {
   auto f = h5::File::create(path);
@@ -1028,7 +1081,7 @@ int main(int argc, char** argv) {
     }
     else {
       std::fprintf(stderr,
-                   "usage: bench_kernels [-o FILE.h5] [--sections bounds,attention,norm,gemm,gemm_shapes,copies,where,latency,alloc,peer,nccl]"
+                   "usage: bench_kernels [-o FILE.h5] [--sections bounds,attention,attention_shapes,norm,gemm,gemm_shapes,copies,where,latency,alloc,peer,nccl]"
                    " [--nccl-ranks N (0: every GPU)] [--norm-shapes HxD,... (norm: these shapes, not the table's)]\n");
       return 2;
     }
@@ -1051,6 +1104,7 @@ int main(int argc, char** argv) {
     if (want("norm")) norm_rope_rows(*dev, *s, *kern, bound, rows, cells, norm_shapes);
     if (want("gemm")) gemm_rows(*dev, *s, *kern, rows);
     if (want("gemm_shapes")) gemm_shape_rows(*dev, *s, *kern, rows);
+    if (want("attention_shapes")) attention_shape_rows(*dev, *s, rows);
     if (want("copies")) copy_rows(*dev, *s, bound, rows);
     if (want("where")) where_rows(*dev, rows);
     if (want("latency")) latency_rows(*dev, rows);

@@ -119,8 +119,9 @@ double interp_log(std::vector<std::pair<double, double>> curve, double x) {
 }
 
 // Attention rate (flops per ms) for a shape: the profile's points of the nearest
-// head_dim, each with its own wave quantisation taken out, interpolated in log(seq)
-// (flat beyond the ends), then the shape's own quantisation put back.
+// head_dim, each with its own wave quantisation taken out (points of one seq, several
+// head counts, averaged), interpolated in log(seq) (flat beyond the ends), then the
+// shape's own quantisation put back.
 double attention_rate(const Rates& r, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
   const auto& pts = r.m->attention;
   int64_t best = -1;
@@ -134,6 +135,16 @@ double attention_rate(const Rates& r, int64_t batch, int64_t seq, int64_t heads,
     curve.emplace_back(std::log(static_cast<double>(p.seq)),
                        p.tflops / wave_efficiency(attention_tiles(p.batch, p.heads, p.seq), r.sm_count));
   }
+  std::sort(curve.begin(), curve.end());
+  std::vector<std::pair<double, double>> merged;  // one point per seq: the mean
+  for (size_t i = 0; i < curve.size();) {
+    size_t j = i;
+    double sum = 0;
+    for (; j < curve.size() && curve[j].first == curve[i].first; ++j) sum += curve[j].second;
+    merged.emplace_back(curve[i].first, sum / static_cast<double>(j - i));
+    i = j;
+  }
+  curve = std::move(merged);
   const double tf = interp_log(std::move(curve), std::log(static_cast<double>(std::max<int64_t>(seq, 1))));
   return tf * 1e9 * r.attention_scale * wave_efficiency(attention_tiles(batch, heads, seq), r.sm_count);
 }

@@ -513,7 +513,35 @@ TEST(ModelBench, RatesFilesGiveTheirGemmAndNormRopeProfiles) {
   EXPECT_NE(error_of({gemm, gemm}).find("hold the GEMM profile: give one"), std::string::npos) << error_of({gemm, gemm});
   const std::string neither = bench("neither.h5", {"gemm"}, {"QKV projection (cuBLASLt), one GEMM"},
                                     {"M8448 K3072 N9216 bf16"}, {"TFLOP/s"}, {other});
-  EXPECT_NE(error_of({neither}).find("neither norm+RoPE rows"), std::string::npos) << error_of({neither});
+  EXPECT_NE(error_of({neither}).find("holds no norm+RoPE rows"), std::string::npos) << error_of({neither});
   const std::string bad = bench("bad.h5", {"gemm"}, {w}, {"M4608 N9216 bf16"}, {"TFLOP/s"}, {a});
   EXPECT_NE(error_of({bad}).find("'M4608 N9216 bf16' is not 'M<m> K<k> N<n> bf16'"), std::string::npos) << error_of({bad});
+
+  // The attention profile: the by-shape rows only (not the one-shape row of the attention
+  // section, nor the reference kernel's), each shape as written.
+  const std::string aw = uipc::kAttentionShapeRowWhat;
+  const std::string att = bench("att.h5", {"attention", "attention", "attention", "attention"},
+                                {"attention (ULYSSES_ATTENTION=cudnn)", aw, aw, "attention (reference kernel)"},
+                                {"B1 H6 S16384 D128 bf16", "B1 H24 S16896 D128 bf16", "B2 H5 S75600 D72 bf16",
+                                 "B1 H6 S16384 D128 bf16"},
+                                {"TFLOP/s", "TFLOP/s", "TFLOP/s", "TFLOP/s"}, {other, a, b, norm});
+  const uipc::BenchRates ra = uipc::read_bench_rates({nr, gemm, att});
+  ASSERT_EQ(ra.attention.size(), 2u);
+  EXPECT_EQ(ra.attention[0].batch, 1);
+  EXPECT_EQ(ra.attention[0].heads, 24);
+  EXPECT_EQ(ra.attention[0].seq, 16896);
+  EXPECT_EQ(ra.attention[0].head_dim, 128);
+  EXPECT_DOUBLE_EQ(ra.attention[0].tflops, a);
+  EXPECT_EQ(ra.attention[1].batch, 2);
+  EXPECT_EQ(ra.attention[1].heads, 5);
+  EXPECT_EQ(ra.attention[1].seq, 75600);
+  EXPECT_EQ(ra.attention[1].head_dim, 72);
+  EXPECT_DOUBLE_EQ(ra.attention[1].tflops, b);
+  EXPECT_NE(ra.attention[1].source.find("0123456789ab"), std::string::npos) << ra.attention[1].source;
+  EXPECT_EQ(ra.gemm.size(), 2u);
+  EXPECT_TRUE(uipc::read_bench_rates({gemm}).attention.empty());
+  EXPECT_NE(error_of({att, att}).find("hold the attention profile: give one"), std::string::npos);
+  const std::string bad_att = bench("bad_att.h5", {"attention"}, {aw}, {"B1 H24 S16896 bf16"}, {"TFLOP/s"}, {a});
+  EXPECT_NE(error_of({bad_att}).find("'B1 H24 S16896 bf16' is not 'B<b> H<h> S<s> D<d> bf16'"), std::string::npos)
+      << error_of({bad_att});
 }

@@ -487,6 +487,37 @@ TEST(Simulator, AGemmTakesItsShapesMeasuredRate) {
   EXPECT_NEAR(standalone_work_ms(at_hi, m, false), at_hi.flops / 1e9, 1e-9);
 }
 
+// An attention profile measured by shape (bench_kernels' attention_shapes rows) holds
+// several head counts at one sequence: their rates, each with its wave quantisation taken
+// out, are averaged into one point of the log(seq) curve. Rates drawn fresh each run.
+TEST(Simulator, AttentionPointsOfOneSequenceAreAveraged) {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> u(300.0, 900.0);
+  Machine m = simple_machine();  // 100 SMs; attention tiles = B x H x ceil(S / 128)
+  const double r1 = u(rng), r2 = u(rng), r3 = u(rng);
+  // S1280 is 10 row blocks: H10 100 tiles, H20 200: whole waves. S2560 H10: 200.
+  m.attention = {AttentionPoint{128, 1, 10, 1280, r1, "test"}, AttentionPoint{128, 1, 20, 1280, r2, "test"},
+                 AttentionPoint{128, 1, 10, 2560, r3, "test"}, AttentionPoint{64, 1, 10, 1280, 1.0, "test"}};
+  auto attention = [](int64_t b, int64_t s, int64_t h, int64_t d) {
+    Op o;
+    o.kind = OpKind::kKernel;
+    o.kernel = KernelKind::kAttention;
+    o.flops = 4.0 * b * h * static_cast<double>(s) * static_cast<double>(s) * d;
+    o.dims[0] = b;
+    o.dims[1] = s;
+    o.dims[2] = h;
+    o.dims[3] = d;
+    return o;
+  };
+  const Op at = attention(1, 1280, 30, 128);  // 300 tiles: whole waves
+  EXPECT_NEAR(standalone_work_ms(at, m, false), at.flops / ((r1 + r2) / 2 * 1e9), 1e-9);
+  // Halfway in log(seq) between the two sequences (S1810: 15 blocks, H20: 300 tiles).
+  const Op mid = attention(1, 1810, 20, 128);
+  const double half = (std::log(1810.0) - std::log(1280.0)) / (std::log(2560.0) - std::log(1280.0));
+  const double want = (r1 + r2) / 2 + half * (r3 - (r1 + r2) / 2);
+  EXPECT_NEAR(standalone_work_ms(mid, m, false), mid.flops / (want * 1e9), 1e-9);
+}
+
 TEST(Simulator, AnOpStartsNoEarlierThanTheHostIssuesIt) {
   Machine m = simple_machine();
   m.params.at("host_launch_us").value = 50;  // 0.05 ms per kernel launch

@@ -132,6 +132,32 @@ std::vector<model::GemmPoint> gemm_points(const BenchRows& b, const std::string&
   return out;
 }
 
+std::vector<model::AttentionPoint> attention_points(const BenchRows& b, const std::string& path) {
+  std::vector<model::AttentionPoint> out;
+  for (size_t i = 0; i < b.section.size(); ++i) {
+    if (b.section[i] != "attention" || b.what[i] != kAttentionShapeRowWhat || b.unit[i] != "TFLOP/s") continue;
+    long long batch = 0, h = 0, s = 0, d = 0;
+    char dtype[16] = {0};
+    if (std::sscanf(b.shape[i].c_str(), "B%lld H%lld S%lld D%lld %15s", &batch, &h, &s, &d, dtype) != 5 ||
+        std::string(dtype) != "bf16")
+      throw InputError(path + ": attention row '" + b.shape[i] + "' is not 'B<b> H<h> S<s> D<d> bf16'");
+    if (batch <= 0 || h <= 0 || s <= 0 || d <= 0 || !(b.rate[i] > 0))
+      throw InputError(path + ": attention row '" + b.shape[i] + "' has a non-positive shape or rate");
+    model::AttentionPoint p;
+    p.batch = batch;
+    p.heads = h;
+    p.seq = s;
+    p.head_dim = static_cast<int>(d);
+    p.tflops = b.rate[i];
+    std::ostringstream src;
+    src << "bench_kernels " << b.what[i] << " " << b.shape[i] << ": " << b.rate[i] << " TFLOP/s (" << path << ", code "
+        << b.revision << ")";
+    p.source = src.str();
+    out.push_back(p);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<model::NormRopePoint> read_norm_rope_profile(const std::string& path) {
@@ -142,14 +168,15 @@ std::vector<model::NormRopePoint> read_norm_rope_profile(const std::string& path
 
 BenchRates read_bench_rates(const std::vector<std::string>& paths) {
   BenchRates r;
-  std::string norm_from, gemm_from;
+  std::string norm_from, gemm_from, attention_from;
   for (const std::string& path : paths) {
     const BenchRows b = read_bench_rows(path);
     std::vector<model::NormRopePoint> norm = norm_rope_points(b, path);
     std::vector<model::GemmPoint> gemm = gemm_points(b, path);
-    if (norm.empty() && gemm.empty())
-      throw InputError(path + ": bench_kernels holds neither norm+RoPE rows of the fused view nor GEMM-by-shape rows "
-                              "(bench_kernels --sections norm,gemm_shapes)");
+    std::vector<model::AttentionPoint> attention = attention_points(b, path);
+    if (norm.empty() && gemm.empty() && attention.empty())
+      throw InputError(path + ": bench_kernels holds no norm+RoPE rows of the fused view, GEMM-by-shape rows or "
+                              "attention-by-shape rows (bench_kernels --sections norm,gemm_shapes,attention_shapes)");
     auto take = [&](auto& into, auto& from, std::string& first, const char* what) {
       if (from.empty()) return;
       if (!first.empty())
@@ -159,6 +186,7 @@ BenchRates read_bench_rates(const std::vector<std::string>& paths) {
     };
     take(r.norm_rope, norm, norm_from, "norm+RoPE");
     take(r.gemm, gemm, gemm_from, "GEMM");
+    take(r.attention, attention, attention_from, "attention");
   }
   return r;
 }

@@ -1,6 +1,6 @@
 // Rates for the machine model read from bench_kernels' HDF5 output (docs/model.md,
-// "Rates from benchmarks"): the norm+RoPE profile by norm kind, dtype and head_dim and the
-// GEMM profile by shape, so that `ulysses-ipc model calibrate|validate|loo` take the rates the measured code had
+// "Rates from benchmarks"): the norm+RoPE profile by norm kind, dtype and head_dim, the
+// GEMM profile by shape and the attention profile by shape, so that `ulysses-ipc model calibrate|validate|loo` take the rates the measured code had
 // rather than typed-in ones.
 #pragma once
 
@@ -22,6 +22,11 @@ inline constexpr const char* kNormRopeQkRowSuffix = " (the pick, Q+K one launch)
 // N<n> bf16", rate in TFLOP/s): written by the bench, read as the GEMM profile.
 inline constexpr const char* kGemmShapeRowWhat = "GEMM by shape (cuBLASLt, bf16 in and out)";
 
+// The `what` of bench_kernels' attention-by-shape rows (section attention_shapes: every
+// shipped deck's attention at Ulysses 1, 2, 4 and 8, sequences to 119k; shape "B<b> H<h>
+// S<s> D<d> bf16", rate in TFLOP/s): written by the bench, read as the attention profile.
+inline constexpr const char* kAttentionShapeRowWhat = "attention by shape (cuDNN SDPA, bf16)";
+
 // The dispatched norm+RoPE kernel's rate of every norm kind, dtype and head_dim that
 // `path` (a bench_kernels -o file) measured in the fused QKV view, each point's source
 // naming the file and the code it measured (its `revision` attribute). Throws InputError
@@ -29,11 +34,13 @@ inline constexpr const char* kGemmShapeRowWhat = "GEMM by shape (cuBLASLt, bf16 
 std::vector<model::NormRopePoint> read_norm_rope_profile(const std::string& path);
 
 // The profiles a machine takes from `--rates` files: each file gives what it holds (its
-// norm+RoPE rows, its GEMM-by-shape rows, or both); empty where no file gave one. Throws
-// InputError for a file that holds neither, or for two files giving the same profile.
+// norm+RoPE rows, its GEMM-by-shape rows, its attention-by-shape rows); empty where no
+// file gave one. Throws InputError for a file that holds none, or for two files giving
+// the same profile.
 struct BenchRates {
   std::vector<model::NormRopePoint> norm_rope;
   std::vector<model::GemmPoint> gemm;
+  std::vector<model::AttentionPoint> attention;
 };
 BenchRates read_bench_rates(const std::vector<std::string>& paths);
 
