@@ -53,10 +53,17 @@ BenchRows read_bench_rows(const std::string& path) {
   return b;
 }
 
+// A profile point's source: the row, its rate, and the file and code that measured it.
+std::string row_source(const BenchRows& b, size_t i, const std::string& path, const char* unit) {
+  std::ostringstream src;
+  src << "bench_kernels " << b.what[i] << " " << b.shape[i] << ": " << b.rate[i] << " " << unit << " (" << path
+      << ", code " << b.revision << ")";
+  return src.str();
+}
+
 std::vector<model::NormRopePoint> norm_rope_points(const BenchRows& b, const std::string& path) {
   const std::vector<std::string>&section = b.section, &what = b.what, &shape = b.shape, &unit = b.unit;
   const std::vector<double>& rate = b.rate;
-  const std::string& revision = b.revision;
   // The rows of the launch the measured code's layer ran: Q and K in one launch where the
   // file says so (norm_rope_layer_launch = qk_one_launch: "norm+RoPE <kind> (the pick, Q+K
   // one launch)"), else, as every bench of code before it, the dispatched kernel's two
@@ -85,10 +92,7 @@ std::vector<model::NormRopePoint> norm_rope_points(const BenchRows& b, const std
     p.dtype = dtype;
     p.head_dim = static_cast<int>(d);
     p.gbs = rate[i] * 1000.0;
-    std::ostringstream src;
-    src << "bench_kernels " << what[i] << " " << shape[i] << ": " << rate[i] << " TB/s read+write (" << path
-        << ", code " << revision << ")";
-    p.source = src.str();
+    p.source = row_source(b, i, path, "TB/s read+write");
     out.push_back(p);
   }
   return out;
@@ -123,10 +127,7 @@ std::vector<model::GemmPoint> gemm_points(const BenchRows& b, const std::string&
     p.n = n;
     p.k = k;
     p.tflops = b.rate[i];
-    std::ostringstream src;
-    src << "bench_kernels " << b.what[i] << " " << b.shape[i] << ": " << b.rate[i] << " TFLOP/s (" << path << ", code "
-        << b.revision << ")";
-    p.source = src.str();
+    p.source = row_source(b, i, path, "TFLOP/s");
     out.push_back(p);
   }
   return out;
@@ -149,10 +150,7 @@ std::vector<model::AttentionPoint> attention_points(const BenchRows& b, const st
     p.seq = s;
     p.head_dim = static_cast<int>(d);
     p.tflops = b.rate[i];
-    std::ostringstream src;
-    src << "bench_kernels " << b.what[i] << " " << b.shape[i] << ": " << b.rate[i] << " TFLOP/s (" << path << ", code "
-        << b.revision << ")";
-    p.source = src.str();
+    p.source = row_source(b, i, path, "TFLOP/s");
     out.push_back(p);
   }
   return out;
