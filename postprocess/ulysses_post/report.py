@@ -262,6 +262,7 @@ class Report:
     deck: str
     hosts: list[str]
     devices: list[str]
+    host_cpus: list[str]  # each rank's host processor; [] in reports before 2026-12-02
     versions: dict[str, str]
     cases: list[Case]
 
@@ -451,4 +452,5 @@ def _read_report(path: str, f: h5py.File) -> Report:
                 if isinstance(versions_group, h5py.Group) else {})
     return Report(path=path, software_version=r.text("software_version"), date=r.text("date"), mode=r.text("mode"),
                   world_size=world_size, command_line=r.text("command_line", ""), deck=r.text("deck", ""),
-                  hosts=r.texts("hosts"), devices=r.texts("devices"), versions=versions, cases=cases)
+                  hosts=r.texts("hosts"), devices=r.texts("devices"),
+                  host_cpus=r.texts("host_cpus") if "host_cpus" in f.attrs else [], versions=versions, cases=cases)

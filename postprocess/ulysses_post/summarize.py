@@ -191,7 +191,7 @@ def provenance_record(report: Report) -> dict[str, object]:
     return {"path": report.path, "software": "ulysses-ipc", "software_version": report.software_version,
             "schema_version": SCHEMA_VERSION, "date": report.date, "mode": report.mode,
             "world_size": report.world_size, "deck": report.deck, "hosts": report.hosts, "devices": report.devices,
-            "versions": report.versions, "command_line": report.command_line}
+            "host_cpus": report.host_cpus, "versions": report.versions, "command_line": report.command_line}
 
 
 def notes(report: Report) -> list[str]:

@@ -71,6 +71,8 @@ def provenance(report: Report) -> list[str]:
         f"hosts          {_counted(report.hosts)}",
         f"devices        {_counted(report.devices)}",
     ]
+    if report.host_cpus:
+        lines.append(f"host CPUs      {_counted(report.host_cpus)}")
     if report.versions:
         lines.append("versions       " + ", ".join(f"{k} {v}" for k, v in sorted(report.versions.items())))
     if report.command_line:

@@ -75,6 +75,10 @@ def test_summarize_json_round_trip(which, request):
     assert len(doc["runs"]) == len(exp)
     with h5py.File(path, "r") as f:
         assert doc["report"]["mode"] == _text(f.attrs["mode"]) and doc["report"]["world_size"] == f.attrs["world_size"]
+        assert doc["report"]["hosts"] == [_text(h) for h in f.attrs["hosts"]]
+        # The app writes each rank's host processor; a report from before it has none.
+        assert doc["report"]["host_cpus"] == [_text(c) for c in f.attrs.get("host_cpus", [])]
+        assert len(doc["report"]["host_cpus"]) == doc["report"]["world_size"]
     mode = doc["report"]["mode"]
     assert {row["stage_times"] for row in doc["runs"]} == {{"sim": "cpu_simulated", "model": "modeled"}[mode]}
     for row in doc["runs"]:
