@@ -682,6 +682,12 @@ void beside_kernel_row(Device& dev, Stream& a, const std::string& what, const st
                       std::to_string(static_cast<int>(kBusyMs)) + " ms)"});
 }
 
+// The median of the host timings of a resource's calls (5 of each).
+double median_ms(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 // Host time of making a resource (an allocation, a mapping) and of releasing it: the medians
 // of 5 of each, after one untimed pair (the first call's one-time costs out of the figures).
 template <typename Make>
@@ -696,9 +702,7 @@ std::pair<double, double> median_make_release_ms(const Make& make) {
     r.reset();
     rel.push_back(since_ms(t0));
   }
-  std::sort(mk.begin(), mk.end());
-  std::sort(rel.begin(), rel.end());
-  return {mk[2], rel[2]};
+  return {median_ms(mk), median_ms(rel)};
 }
 
 void vmm_import_rows(Device& dev, Stream& a, std::vector<Row>& rows);
@@ -717,9 +721,7 @@ std::pair<double, double> median_export_import_ms(Device& dev, const DeviceBuffe
     PeerMapping m = dev.import_fd(fd, bytes);
     im.push_back(since_ms(t0));
   }
-  std::sort(ex.begin(), ex.end());
-  std::sort(im.begin(), im.end());
-  return {ex[2], im[2]};
+  return {median_ms(ex), median_ms(im)};
 }
 
 void alloc_rows(Device& dev, std::vector<Row>& rows) {
@@ -913,7 +915,7 @@ void attention_rows(Device& dev, Stream& s, std::vector<Row>& rows) {
 // ceil(heads / U) heads, its head_dim; U = 1, 2, 4, 8), sequences from 4096 to 119k: the
 // model's attention profile (model calibrate|validate|loo --rates). A shape that does not
 // run on cuDNN gets a row saying so and is not timed further (nor read by the model).
-void attention_shape_rows(Device& dev, Stream& s, std::vector<Row>& rows) {
+void attention_shape_rows(Device& dev, Stream& s, LayerKernels& kern, std::vector<Row>& rows) {
   struct Shape {
     int64_t seq;
     int heads, head_dim;
@@ -927,30 +929,29 @@ void attention_shape_rows(Device& dev, Stream& s, std::vector<Row>& rows) {
       for (const int u : {1, 2, 4, 8}) shapes.insert({res.second, (m.heads + u - 1) / u, m.head_dim});
   size_t max_n = 0;
   for (const Shape& sh : shapes) max_n = std::max(max_n, static_cast<size_t>(sh.seq) * sh.heads * sh.head_dim);
-  auto kern = make_cuda_kernels();  // cuDNN where built (the layer's default)
-  auto q = random_buffer(dev, s, *kern, max_n, DType::kBF16, 11);
-  auto k = random_buffer(dev, s, *kern, max_n, DType::kBF16, 12);
-  auto v = random_buffer(dev, s, *kern, max_n, DType::kBF16, 13);
+  auto q = random_buffer(dev, s, kern, max_n, DType::kBF16, 11);
+  auto k = random_buffer(dev, s, kern, max_n, DType::kBF16, 12);
+  auto v = random_buffer(dev, s, kern, max_n, DType::kBF16, 13);
   auto o = dev.alloc(max_n * 2);
   s.synchronize();
   for (const Shape& sh : shapes) {
     const double flops = 4.0 * sh.heads * static_cast<double>(sh.seq) * static_cast<double>(sh.seq) * sh.head_dim;
     const float scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim));
     auto run = [&] {
-      kern->attention(s, q.get(), k.get(), v.get(), o.get(), 1, sh.seq, sh.heads, sh.head_dim, DType::kBF16, scale);
+      kern.attention(s, q.get(), k.get(), v.get(), o.get(), 1, sh.seq, sh.heads, sh.head_dim, DType::kBF16, scale);
     };
     char shape[64];
     std::snprintf(shape, sizeof(shape), "B1 H%d S%lld D%d bf16", sh.heads, static_cast<long long>(sh.seq), sh.head_dim);
-    run();
+    run();  // which path it takes; also the timing's warm-up
     s.synchronize();
-    const std::string path = cuda_attention_path(*kern);
+    const std::string path = cuda_attention_path(kern);
     if (path != "cudnn") {
       rows.push_back({"attention", "attention by shape: not on cuDNN", shape, 0, 0, "", kNoBound, path});
       continue;
     }
     // About 20 ms a timing at 700 TFLOP/s, 1 to 20 runs.
     const int iters = static_cast<int>(std::clamp(20e-3 * 700e12 / flops, 1.0, 20.0));
-    const double t = time_ms(dev, s, 1, iters, run, 3);
+    const double t = time_ms(dev, s, 0, iters, run, 3);
     rows.push_back({"attention", kAttentionShapeRowWhat, shape, t, flops / t * 1e-9, "TFLOP/s", kNoBound,
                     "the model's attention profile (model calibrate|validate|loo --rates)"});
   }
@@ -1104,7 +1105,7 @@ int main(int argc, char** argv) {
     if (want("norm")) norm_rope_rows(*dev, *s, *kern, bound, rows, cells, norm_shapes);
     if (want("gemm")) gemm_rows(*dev, *s, *kern, rows);
     if (want("gemm_shapes")) gemm_shape_rows(*dev, *s, *kern, rows);
-    if (want("attention_shapes")) attention_shape_rows(*dev, *s, rows);
+    if (want("attention_shapes")) attention_shape_rows(*dev, *s, *kern, rows);
     if (want("copies")) copy_rows(*dev, *s, bound, rows);
     if (want("where")) where_rows(*dev, rows);
     if (want("latency")) latency_rows(*dev, rows);

@@ -80,7 +80,9 @@ class _Reader:
             return default
         return _text(self.raw(name))
 
-    def texts(self, name: str) -> list[str]:
+    def texts(self, name: str, default: list[str] | None = None) -> list[str]:
+        if default is not None and name not in self.obj.attrs:
+            return default
         return _texts(self.raw(name))
 
     def integer(self, name: str) -> int:
@@ -453,4 +455,4 @@ def _read_report(path: str, f: h5py.File) -> Report:
     return Report(path=path, software_version=r.text("software_version"), date=r.text("date"), mode=r.text("mode"),
                   world_size=world_size, command_line=r.text("command_line", ""), deck=r.text("deck", ""),
                   hosts=r.texts("hosts"), devices=r.texts("devices"),
-                  host_cpus=r.texts("host_cpus") if "host_cpus" in f.attrs else [], versions=versions, cases=cases)
+                  host_cpus=r.texts("host_cpus", []), versions=versions, cases=cases)

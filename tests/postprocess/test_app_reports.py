@@ -54,6 +54,9 @@ def test_summarize_lists_every_run_with_its_speedup(app_report: Path) -> None:
     res = run_cli("summarize", str(app_report))
     assert res.rc == 0, res.err
     assert "NOT GPU figures" in res.out  # simulation mode is said plainly
+    with h5py.File(app_report, "r") as f:  # each rank's host processor, counted
+        cpus = [c.decode() if isinstance(c, bytes) else c for c in f.attrs["host_cpus"]]
+    assert f"host CPUs      {cpus[0]}" in res.out, res.out
     speedups = expected_speedups(app_report)
     lines = res.out.splitlines()
     with h5py.File(app_report, "r") as f:
