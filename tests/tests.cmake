@@ -40,10 +40,18 @@ endif()
 
 # End to end: the real program under mpirun on shipped and generated decks, read back
 # with plain h5py (tests/e2e, pytest), and the shipped decks against their presets.
+# One ctest per file (e2e.<file>, a file added is a test added): each has a timeout of its
+# own sized to it, `ctest -j` can run them side by side, and a slow file is named in the
+# log with its slowest cases (--durations).
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
-add_test(NAME e2e COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_SOURCE_DIR}/e2e)
-set_tests_properties(e2e PROPERTIES LABELS "e2e;mpi" TIMEOUT 1200
-                     ENVIRONMENT "${ULYSSES_TEST_ENV};ULYSSES_IPC=$<TARGET_FILE:ulysses-ipc>")
+file(GLOB ULYSSES_E2E_FILES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/e2e/test_*.py)
+foreach(file IN LISTS ULYSSES_E2E_FILES)
+  get_filename_component(name ${file} NAME_WE)
+  string(REGEX REPLACE "^test_" "e2e." name ${name})
+  add_test(NAME ${name} COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider --durations=5 ${file})
+  set_tests_properties(${name} PROPERTIES LABELS "e2e;mpi" TIMEOUT 600
+                       ENVIRONMENT "${ULYSSES_TEST_ENV};ULYSSES_IPC=$<TARGET_FILE:ulysses-ipc>")
+endforeach()
 add_test(NAME shipped_decks COMMAND ${PROJECT_SOURCE_DIR}/inputs/make_decks.sh --check)
 set_tests_properties(shipped_decks PROPERTIES LABELS "unit" ENVIRONMENT "ULYSSES_IPC=$<TARGET_FILE:ulysses-ipc>")
 # The same command as a user runs it: exit 2 and one message per bad input, the deck read
@@ -66,7 +74,7 @@ target_include_directories(test_deck_wire PRIVATE ${HDF5_INCLUDE_DIRS})
 # Post-processing (pytest on reports the app writes in simulation mode) and the lint of
 # every shell script (bash -n and shellcheck).
 add_test(NAME postprocess
-         COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${PROJECT_SOURCE_DIR}/tests/postprocess
+         COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider --durations=5 ${PROJECT_SOURCE_DIR}/tests/postprocess
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(postprocess PROPERTIES LABELS "postprocess;mpi" TIMEOUT 600
                      ENVIRONMENT "${ULYSSES_TEST_ENV};ULYSSES_IPC=$<TARGET_FILE:ulysses-ipc>;PYTHONDONTWRITEBYTECODE=1")
