@@ -40,16 +40,16 @@ endif()
 
 # End to end: the real program under mpirun on shipped and generated decks, read back
 # with plain h5py (tests/e2e, pytest), and the shipped decks against their presets.
-# One ctest per file (e2e.<file>, a file added is a test added): each has a timeout of its
-# own sized to it, `ctest -j` can run them side by side, and a slow file is named in the
-# log with its slowest cases (--durations).
+# One ctest per file (e2e.<file>, a file added is a test added): `ctest -j` runs them side
+# by side, and a slow file is named in the log with its slowest cases (--durations). The
+# timeout catches a hang: the slowest file (cpu_scale) took 420 s on 2 cores beside others.
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 file(GLOB ULYSSES_E2E_FILES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/e2e/test_*.py)
 foreach(file IN LISTS ULYSSES_E2E_FILES)
   get_filename_component(name ${file} NAME_WE)
   string(REGEX REPLACE "^test_" "e2e." name ${name})
   add_test(NAME ${name} COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider --durations=5 ${file})
-  set_tests_properties(${name} PROPERTIES LABELS "e2e;mpi" TIMEOUT 600
+  set_tests_properties(${name} PROPERTIES LABELS "e2e;mpi" TIMEOUT 1200
                        ENVIRONMENT "${ULYSSES_TEST_ENV};ULYSSES_IPC=$<TARGET_FILE:ulysses-ipc>")
 endforeach()
 add_test(NAME shipped_decks COMMAND ${PROJECT_SOURCE_DIR}/inputs/make_decks.sh --check)
