@@ -21,6 +21,7 @@ JOBS=${SANITIZE_JOBS:-$(nproc)}
 WHICH=("$@")
 [[ ${#WHICH[@]} -eq 0 ]] && WHICH=(asan tsan)
 
+command -v ninja >/dev/null || { echo "sanitize: needs ninja (Debian's ninja-build; ./scripts/setup.sh installs it)" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Open MPI unloads its plugins (mca_*.so) at MPI_Finalize: a leak report taken after
 # that cannot say which library allocated, so no suppression could match. Keep them.
