@@ -45,10 +45,10 @@ endif()
 # timeout catches a hang: the slowest file (cpu_scale) took 420 s on 2 cores beside others.
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 file(GLOB ULYSSES_E2E_FILES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/e2e/test_*.py)
-foreach(file IN LISTS ULYSSES_E2E_FILES)
-  get_filename_component(name ${file} NAME_WE)
+foreach(e2e_file IN LISTS ULYSSES_E2E_FILES)
+  get_filename_component(name ${e2e_file} NAME_WE)
   string(REGEX REPLACE "^test_" "e2e." name ${name})
-  add_test(NAME ${name} COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider --durations=5 ${file})
+  add_test(NAME ${name} COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider --durations=5 ${e2e_file})
   set_tests_properties(${name} PROPERTIES LABELS "e2e;mpi" TIMEOUT 1200
                        ENVIRONMENT "${ULYSSES_TEST_ENV};ULYSSES_IPC=$<TARGET_FILE:ulysses-ipc>")
 endforeach()
