@@ -1,4 +1,4 @@
-// `ulysses-ipc deck new|from-config|show|presets|help` (on CLI11, app/cli.hpp); the presets it
+// `ulysses-ipc deck new|from-config|from-report|show|presets|help` (on CLI11, app/cli.hpp); the presets it
 // writes are lib/deck/presets.cpp's.
 #include "app/deck_cli.hpp"
 #include "lib/deck/deck_wire.hpp"
@@ -22,7 +22,7 @@ namespace uipc {
 namespace {
 
 // ------------------------------------------------------------------ the command line
-// `deck new|from-config|show|presets|help` on CLI11: each option declared once below, with its
+// `deck new|from-config|from-report|show|presets|help` on CLI11: each option declared once below, with its
 // help and its check; a field option's check parses the value as the field would.
 
 // A value the field cannot take; the message says why, CLI11 prefixes the option.
@@ -161,6 +161,7 @@ struct Request {
   bool names_only = false;
   std::vector<std::string> field_values = std::vector<std::string>(field_options().size());
   std::string config_path, resolution;  // deck from-config
+  std::string report_path;              // deck from-report
   int64_t frames = 0, text_tokens = 0;
 };
 // The shape fields `deck from-config` takes from the config, not from options.
@@ -232,6 +233,15 @@ void declare(CLI::App& app, Request& rq) {
   nw->add_option("-o,--output", rq.output, "the deck to write")->type_name("FILE")->required();
 
   declare_from_config(app, rq);
+
+  CLI::App* fr = app.add_subcommand("from-report", "Write a deck of the cases a report ran.");
+  fr->footer(
+      "Every case field the report stores (shape, layout, transports, schedules, ablations, layers,\n"
+      "seed, tolerances); fields an older report lacks take their defaults and are listed. Field\n"
+      "options override that field in every case (e.g. --iterations, or --transports to rerun one).");
+  fr->add_option("REPORT", rq.report_path, "a report written by ulysses-ipc (-o REPORT.h5)")->required();
+  add_field_options(fr, rq, true);
+  fr->add_option("-o,--output", rq.output, "the deck to write")->type_name("FILE")->required();
 
   CLI::App* show = app.add_subcommand("show", "Print a deck readably (every field of every case).");
   show->add_option("FILE", rq.show_path, "the deck")->required();
@@ -311,6 +321,21 @@ int cmd_from_config(const CLI::App& app, const Request& rq, std::ostream& out) {
   return 0;
 }
 
+// `deck from-report`: what a report ran, to run it again or model it (`--mode model`).
+int cmd_from_report(const CLI::App& app, const Request& rq, std::ostream& out) {
+  const CLI::App* fr = app.get_subcommand("from-report");
+  ReportCases rc = read_report_cases(rq.report_path);
+  for (Case& c : rc.deck.cases)
+    for (size_t i = 0; i < field_options().size(); ++i)
+      if (fr->count(field_options()[i].flag) > 0) field_options()[i].apply(c, rq.field_values[i]);
+  write_deck(rc.deck, rq.output);  // validates every case first: bad values name the field
+  out << "wrote " << rq.output << " (" << rc.deck.cases.size() << (rc.deck.cases.size() == 1 ? " case" : " cases")
+      << " of " << rq.report_path << ")\n";
+  if (!rc.defaulted.empty())
+    out << "not in the report, so the default: " << join(rc.defaulted) << "\n";
+  return 0;
+}
+
 int cmd_presets(const Request& rq, std::ostream& out) {
   for (const Preset& p : presets()) {
     if (rq.names_only) {
@@ -343,6 +368,7 @@ int deck_command(int argc, char** argv, std::ostream& out) {
   }
   if (app.got_subcommand("presets")) return cmd_presets(rq, out);
   if (app.got_subcommand("from-config")) return cmd_from_config(app, rq, out);
+  if (app.got_subcommand("from-report")) return cmd_from_report(app, rq, out);
   out << cli::help_all(app);  // help
   return 0;
 }

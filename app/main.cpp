@@ -1,5 +1,5 @@
 // ulysses-ipc: the command line (CLI11). Runs a deck (`ulysses-ipc DECK.h5 -o REPORT.h5`)
-// or works on decks (`ulysses-ipc deck new|from-config|show|presets|help`, app/deck_cli.cpp). MPI and
+// or works on decks (`ulysses-ipc deck new|from-config|from-report|show|presets|help`, app/deck_cli.cpp). MPI and
 // Kokkos up, errors caught here and turned into one clear message and an exit code
 // (README, "Exit codes").
 #include <mpi.h>
@@ -140,7 +140,7 @@ void declare_run_options(CLI::App& app, uipc::RunOptions& o) {
 }
 
 const char* const kRunFooter =
-    "Decks: ulysses-ipc deck new|from-config|show|presets|help (serial, no mpirun; ulysses-ipc deck --help).\n"
+    "Decks: ulysses-ipc deck new|from-config|from-report|show|presets|help (serial, no mpirun; ulysses-ipc deck --help).\n"
     "Machine model: ulysses-ipc model calibrate|validate|loo (serial; ulysses-ipc model --help).\n"
     "Exit codes: 0 ok, 2 bad input, 3 runtime failure, 4 a peer did not arrive within the watchdog,\n"
     "5 parity failed, 6 modelled only (--mode model: parity not computed), 130/143 interrupted by\n"

@@ -149,12 +149,14 @@ float read_float32(const h5::Object& g, const std::string& field) {
   return static_cast<float>(v);
 }
 
-Case read_case(const h5::Group& g, const std::string& name) {
-  // Unknown attributes are refused: a misspelt optional field would otherwise be
-  // silently replaced by its default.
-  for (const std::string& a : g.attr_names())
-    if (std::find(case_fields().begin(), case_fields().end(), a) == case_fields().end())
-      g.fail(a, "unknown field (known: " + join(case_fields()) + ")");
+// A case's fields from group g. In a deck, unknown attributes are refused (a misspelt
+// optional field would otherwise be silently replaced by its default); a report's case
+// group holds the deck's fields beside its own (`runs`), which are left alone.
+Case read_case(const h5::Group& g, const std::string& name, bool deck_group = true) {
+  if (deck_group)
+    for (const std::string& a : g.attr_names())
+      if (std::find(case_fields().begin(), case_fields().end(), a) == case_fields().end())
+        g.fail(a, "unknown field (known: " + join(case_fields()) + ")");
   for (const std::string& f : kRequiredFields)
     if (!g.has_attr(f)) g.fail(f, "missing (required field)");
 
@@ -444,6 +446,35 @@ Deck read_deck(const std::string& path) {
   f.close();
   check_deck_cases(deck, path);
   return deck;
+}
+
+ReportCases read_report_cases(const std::string& path) {
+  h5::File f = h5::File::open_read(path);
+  ReportCases out;
+  {
+    h5::Group root = f.root();
+    root.set_context(path);
+    if (!root.has_attr("software") || root.read_string("software") != "ulysses-ipc")
+      root.fail("software", "missing or not 'ulysses-ipc': not a report of this program (a deck? 'deck show' reads those)");
+    if (!root.has_attr("cases")) root.fail("cases", "missing (the report lists its cases there)");
+    std::vector<std::string> names = root.read_string_list("cases", kMaxCases);
+    if (names.empty()) root.fail("cases", "the report has no cases");
+    h5::Group cases = root.open_group("cases");
+    for (const std::string& n : names) {
+      if (!valid_case_name(n))
+        root.fail("cases", "'" + n + "' is not a valid case name (letters, digits, '_', '-', '.', '+')");
+      if (!cases.has_link(n)) cases.fail(n, "missing: the root attribute 'cases' lists it but there is no group /cases/" + n);
+      h5::Group g = cases.open_group(n);
+      g.set_context(path + ": case '" + n + "'");
+      out.deck.cases.push_back(read_case(g, n, /*deck_group=*/false));
+      for (const std::string& field : case_fields())
+        if (field != "name" && !g.has_attr(field)) out.defaulted.push_back(n + ": " + field);
+    }
+    if (root.has_attr("deck")) out.deck.description = "the cases of report " + path + " (its deck: " + root.read_string("deck") + ")";
+  }
+  f.close();
+  check_deck_cases(out.deck, path);
+  return out;
 }
 
 void write_case_attributes(const h5::Group& g, const Case& c) {

@@ -106,6 +106,15 @@ void validate_case_for_world(const Case& c, int world);
 
 // Reads and validates a deck. Throws InputError naming the file and the field.
 Deck read_deck(const std::string& path);
+// The cases a report (`ulysses-ipc ... -o REPORT.h5`) ran, as a deck: every case field it
+// stores, the field's default where an older report lacks it (listed in `defaulted` as
+// "case: field"). Throws InputError naming the file and what is wrong (not a report, a
+// case missing, a field out of range).
+struct ReportCases {
+  Deck deck;
+  std::vector<std::string> defaulted;
+};
+ReportCases read_report_cases(const std::string& path);
 // Writes a deck (to a temporary name, renamed at the end).
 void write_deck(const Deck& deck, const std::string& path);
 // A readable multi-line description (what `ulysses-ipc deck show` prints).
