@@ -1,4 +1,4 @@
-"""The `ulysses-post` command line: summarize, compare, plot, trace, soak.
+"""The `ulysses-post` command line: summarize, compare, spread, plot, trace, graphs, soak.
 
 Every expected failure (a missing file, a file that is not a report, an unknown schema
 version, an inconsistent report, an unknown case) ends in one line on stderr and exit
@@ -85,6 +85,14 @@ def _parser() -> argparse.ArgumentParser:
     gr.add_argument("report", metavar="REPORT")
     gr.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
     gr.add_argument("--format", choices=("table", "csv", "markdown"), default="table")
+    sp = sub.add_parser("spread", help="the same run in several reports: each layer median, max/min",
+                        description="Per run (case, run name, the same layer, issued the same way: graph replay or "
+                                    "op by op) held by two or more reports: the layer median in each, the smallest, "
+                                    "the largest and largest / smallest; a summary line per way of issuing. How "
+                                    "reproducible a layer time is across sessions of one machine.")
+    sp.add_argument("reports", nargs="+", metavar="REPORT")
+    sp.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
+    sp.add_argument("--format", choices=FORMATS, default="table")
     k = sub.add_parser("soak", help="a soak's verdict: growth of sampled memory/fds after warm-up, timing stability",
                        description="Places what scripts/soak_sample.py sampled beside a run on the report's timed "
                                    "layers, in windows: fails when GPU memory, RSS, fds or threads grow after the "
@@ -108,6 +116,12 @@ def _run(args: argparse.Namespace) -> int:
         from .graphs import graphs
 
         graphs(load_report(args.report), args.case, args.format)
+    elif args.command == "spread":
+        from .spread import write
+
+        if len(args.reports) < 2:
+            raise ReportError("spread needs two or more reports")
+        write([load_report(r) for r in args.reports], args.case, args.format)
     elif args.command == "compare":
         from .compare import compare
 
