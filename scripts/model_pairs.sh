@@ -25,5 +25,32 @@ done
 M3=docs/measured/2026-12-02-h200-head
 for r in flux-2048-u1-ablations floor-u1; do
   PAIRS+=(--pair "$M3/$r-6e0f353.h5=$T/$r.h5" --bench "$M3/$r-6e0f353.h5=$M3/bench_kernels-6e0f353.h5"
-          --group "$M1/$r.h5=$r-h200" --group "$M3/$r-6e0f353.h5=$r-h200")
+          --group "$M1/$r.h5=${r%-ablations}-h200" --group "$M3/$r-6e0f353.h5=${r%-ablations}-h200")
 done
+# Every one-rank report stored since (traced from its own cases by scripts/model_traces.sh,
+# deck from-report), each with the bench of the code that measured it: 0fb166f (two
+# launches), cdebad3 (graphs; two launches: kern22-soak's bench of that code), d95a287 and
+# 89d5171 (Q and K in one launch), 6e0f353, and 59e55b4 (its norm+RoPE kernel that of
+# 6e0f353: no kernel change between them). Reports of one deck on one machine are left out
+# together (one deck family, --group): the floor, FLUX 2048 and FLUX 1024 at Ulysses1, the
+# default deck. Two ranks sharing the GPU (graphs-flux-dev-1024-np2-shared) are time-sliced:
+# functional, not performance, and not paired.
+MK=docs/measured/2026-12-01-h200-kernels22 MG=docs/measured/2026-12-02-h200-graphs
+MN=docs/measured/2026-12-02-h200-normqk MH=docs/measured/2026-12-02-h200-gemm
+add_pair() {  # report bench group
+  local r=$1 b=$2 g=$3 n
+  n=$(basename "$r" .h5)
+  PAIRS+=(--pair "$r=$T/$n.h5" --bench "$r=$b" --group "$r=$g")
+}
+add_pair "$M1/gantt-flux-2048-u1.h5" "$M1/bench_kernels.h5" flux-2048-u1-h200
+add_pair "$MK/flux-2048-u1-schedules-0fb166f.h5" "$MK/bench_kernels-0fb166f.h5" flux-2048-u1-h200
+add_pair "$MG/graphs-flux-dev-2048-u1.h5" docs/measured/2026-12-02-h200-kern22-soak/bench_kernels.h5 flux-2048-u1-h200
+add_pair "$MN/flux-2048-u1-schedules-d95a287.h5" "$MN/bench_kernels-d95a287.h5" flux-2048-u1-h200
+add_pair "$M3/flux-2048-u1-schedules-6e0f353.h5" "$M3/bench_kernels-6e0f353.h5" flux-2048-u1-h200
+add_pair "$MG/graphs-floor-u1.h5" docs/measured/2026-12-02-h200-kern22-soak/bench_kernels.h5 floor-u1-h200
+add_pair "$MN/floor-u1-89d5171.h5" "$MN/bench_kernels-89d5171.h5" floor-u1-h200
+add_pair "$MH/graphs-floor-u1-59e55b4.h5" "$M3/bench_kernels-6e0f353.h5" floor-u1-h200
+add_pair "$MG/graphs-flux-dev-1024-u1.h5" docs/measured/2026-12-02-h200-kern22-soak/bench_kernels.h5 flux-1024-u1-h200
+add_pair "$MN/flux-1024-u1-89d5171.h5" "$MN/bench_kernels-89d5171.h5" flux-1024-u1-h200
+add_pair "$MN/default-np1-89d5171.h5" "$MN/bench_kernels-89d5171.h5" default-u1-h200
+add_pair "$MH/default-steady-np1-59e55b4.h5" "$M3/bench_kernels-6e0f353.h5" default-u1-h200
