@@ -8,7 +8,8 @@
 #  3. leave-one-out: for each report, the prior fitted to the others predicts it.
 # Prints the leave-one-out table (markdown) on stdout, ending with the per-report-and-stage
 # table and the summary line; writes the fitted machine only with --write (then re-derives
-# h100-sxm.json and the multi-node files from it). About 15 minutes on 2 busy cores.
+# h100-sxm.json and the multi-node files from it). About 55 minutes on 2 cores (20 reports, 8
+# folds), the fit of --write 9 more.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 APP=${ULYSSES_IPC:-${BUILD_DIR:-build}/app/ulysses-ipc}

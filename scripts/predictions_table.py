@@ -93,7 +93,10 @@ def main():
                f"(docs/model-loo.md) of the {NEAREST} measured runs nearest to it in size (a long attention-bound "
                "layer takes the spread of long layers, a near-empty one that of the latency floors): where the model "
                "ran short (or long) on every nearby run, the band lies above (or below) the figure itself; `layer x`: nccl.baseline's layer / this run's; `scatter x`: the nccl run's scatter / this run's, "
-               "same schedule; `most sensitive`: the machine parameter whose 5% step moves the layer most, with the "
+               "same schedule; `scatter ms over start skew +-20%`: the smallest and largest scatter replayed with the "
+               "ranks' start skew (`start_skew_us`) 0.8 to 1.2 times the machine's: where the ranks' copies meet on the "
+               "links moves with it, and a spread here is what the one figure cannot promise (docs/model.md, "
+               "\"Predictions\"); `most sensitive`: the machine parameter whose 5% step moves the layer most, with the "
                "elasticity d log(layer) / d log(parameter): what to measure first on the real machine.", ""]
     for path in paths:
         rep = load_report(path)
@@ -102,8 +105,8 @@ def main():
             head = "| run | layer ms | scatter ms | norm_rope ms | attention ms | gather ms | layer x | scatter x |"
             rule = "|---|---|---|---|---|---|---|---|"
             if predict:
-                head += " most sensitive |"
-                rule += "---|"
+                head += " scatter ms over start skew +-20% | most sensitive |"
+                rule += "---|---|"
             out += [f"## {case.name}: {case.shape}, Ulysses{case.degree}" + (f" x TP{case.tp}" if case.tp > 1 else "")
                     + f", {rep.world_size} GPUs", "", head, rule]
             crit = {r.name: r.traced.modeled_critical_ms() for r in case.runs}
@@ -122,7 +125,8 @@ def main():
                     s = sens.get(f"{case.name}/{r.name}")
                     if s is None:
                         raise SystemExit(f"{a.predict}: no run {case.name}/{r.name} of {path}")
-                    row += f" {s['sensitive']} ({s['elasticity']:+.2f}) |"
+                    lo, hi = s["skew_scatter_ms"]
+                    row += f" {lo:.3f}-{hi:.3f} | {s['sensitive']} ({s['elasticity']:+.2f}) |"
                 out.append(row)
             out.append("")
     print("\n".join(out))

@@ -1,6 +1,7 @@
 // Replays of --mode model reports with finite-difference sensitivities (lib/model_predict.hpp).
 #include "lib/report/model_predict.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -43,6 +44,8 @@ std::string num(double v) {
 
 int model_predict(const std::vector<std::string>& reports, const model::Machine& m, const std::string& out) {
   constexpr double kStep = 1.05;
+  // start_skew_us x these (its fitted value is one layer's; 0.8-1.2: 35-52 us on h200-nvlink).
+  constexpr double kSkewFactors[] = {0.8, 0.85, 0.9, 0.95, 0.975, 1.025, 1.05, 1.1, 1.15, 1.2};
   std::ostringstream j;
   j << "{";
   for (size_t ri = 0; ri < reports.size(); ++ri) {
@@ -74,10 +77,25 @@ int model_predict(const std::vector<std::string>& reports, const model::Machine&
           best = name;
         }
       }
+      // The ranks' start skew: no two layers leave the barrier alike, and the replayed
+      // copies meet on the links in an order that moves with it (a U8 ipc scatter by up to
+      // 8% for 0.5 us of start_skew_us): the layer and scatter over skews within
+      // kSkewFactors of the machine's, beside the one figure.
+      double layer_lo = base[kStageLayer], layer_hi = layer_lo, scatter_lo = base[kStageScatter],
+             scatter_hi = scatter_lo;
+      for (double f : kSkewFactors) {
+        if (!m.params.count("start_skew_us")) break;
+        model::Machine moved = m;
+        moved.params.at("start_skew_us").value *= f;
+        const std::vector<double> s = model::modeled_stages(c, moved, kNumStages);
+        layer_lo = std::min(layer_lo, s[kStageLayer]), layer_hi = std::max(layer_hi, s[kStageLayer]);
+        scatter_lo = std::min(scatter_lo, s[kStageScatter]), scatter_hi = std::max(scatter_hi, s[kStageScatter]);
+      }
       j << (first ? "\n  " : ",\n  ") << quoted(r.case_name + "/" + r.run_name) << ": {\"stages_ms\": [";
       for (size_t s = 0; s < base.size(); ++s) j << (s ? ", " : "") << num(base[s]);
       j << "], \"world\": " << r.world << ", \"sensitive\": " << quoted(best) << ", \"elasticity\": " << num(best_e)
-        << "}";
+        << ", \"skew_layer_ms\": [" << num(layer_lo) << ", " << num(layer_hi) << "], \"skew_scatter_ms\": ["
+        << num(scatter_lo) << ", " << num(scatter_hi) << "]}";
       first = false;
     }
     j << "}";

@@ -239,6 +239,10 @@ def test_model_predict_names_the_most_sensitive_parameter(app, run, tmp_path):
     _, _, t, _ = traced(rep, "hunyuanvideo-720p.u2", "ipc.baseline")
     assert got["stages_ms"][6] == pytest.approx(t["modeled_stage_ms"][:, 6].max(), rel=1e-6)
     assert got["sensitive"] == "attention_scale" and got["elasticity"] < -0.5
+    # the layer and scatter over start skews 0.8-1.2x the machine's hold the one figure
+    for key, stage in (("skew_layer_ms", 6), ("skew_scatter_ms", 2)):
+        lo, hi = got[key]
+        assert 0 < lo <= got["stages_ms"][stage] <= hi, (key, got)
 
 
 def test_model_ops_puts_each_measured_op_beside_its_replay(app):
