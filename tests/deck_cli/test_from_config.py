@@ -2,7 +2,6 @@
 code and its one-line message for each bad input, and a written deck read back with plain
 h5py (not our reader). The agreement with every shipped preset is test_deck_from_config."""
 import json
-import os
 import pathlib
 import subprocess
 
@@ -11,14 +10,6 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "tests" / "diffusers_configs"
-
-
-@pytest.fixture(scope="session")
-def app() -> str:
-    path = os.environ.get("ULYSSES_IPC", str(REPO / "build" / "app" / "ulysses-ipc"))
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"ulysses-ipc binary not found at {path}: build first")
-    return path
 
 
 def deck(app, *args):

@@ -1,7 +1,6 @@
 """`ulysses-ipc deck from-report` as a user runs it: the deck of the cases a stored report ran,
 read back with plain h5py (not our reader) and compared field by field with the report's own
 case attributes; field options; and one message with exit 2 for each bad input."""
-import os
 import pathlib
 import subprocess
 
@@ -16,14 +15,6 @@ FIELDS = ["name", "description", "batch", "seq_len", "heads", "head_dim", "dtype
           "rope_theta", "fused_qkv", "ulysses", "tp", "transports", "schedules", "warmup", "iterations", "repeats",
           "seed", "tol_max_abs", "tol_rel_l2", "watchdog_s", "ablations", "rank_order", "steps", "step_similarity",
           "full_steps", "vmajor_threshold", "vmajor_tol_rel_l2"]
-
-
-@pytest.fixture(scope="session")
-def app() -> str:
-    path = os.environ.get("ULYSSES_IPC", str(REPO / "build" / "app" / "ulysses-ipc"))
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"ulysses-ipc binary not found at {path}: build first")
-    return path
 
 
 def from_report(app, *args):
