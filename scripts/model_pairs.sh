@@ -20,8 +20,9 @@ for r in flux-2048-u1-ablations floor-u1; do
 done
 # The same two decks on one H200 at the current code (6e0f353: Q and K normed in one launch,
 # layers replayed as CUDA graphs), with that code's bench.
-# Leave-one-out leaves each out with its 2026-12-01 sibling (--group): one deck on one
-# machine, the one all but predicting the other.
+# Leave-one-out leaves each out with its 2026-12-01 sibling and every other report of the
+# same deck on this machine (--group NAME-h200, below): one deck on one machine, one session
+# all but predicting another.
 M3=docs/measured/2026-12-02-h200-head
 for r in flux-2048-u1-ablations floor-u1; do
   PAIRS+=(--pair "$M3/$r-6e0f353.h5=$T/$r.h5" --bench "$M3/$r-6e0f353.h5=$M3/bench_kernels-6e0f353.h5"
