@@ -32,7 +32,7 @@ def _verdict(a: Run, b: Run) -> str:
     return "within spread"
 
 
-def _field_differences(a: Case, b: Case) -> list[str]:
+def field_differences(a: Case, b: Case) -> list[str]:
     diffs = []
     for name in _SHAPE_FIELDS:
         va, vb = a.attrs.get(name), b.attrs.get(name)
@@ -75,7 +75,7 @@ def comparison(a: Report, b: Report, case_names: list[str] | None = None) -> Com
             c.only_in_a.append(f"case {ca.name}")
             continue
         cb = b.case(ca.name)
-        diffs = _field_differences(ca, cb)
+        diffs = field_differences(ca, cb)
         if diffs:
             c.layer_differences.append(f"case {ca.name}: the layers differ: " + ", ".join(diffs))
         for ra in ca.runs:

@@ -17,7 +17,7 @@ from typing import TextIO
 import numpy as np
 
 from . import formats, text
-from .compare import _field_differences
+from .compare import field_differences
 from .report import Case, Report, Run
 
 NO_GRAPHS = "+no-graphs"
@@ -48,7 +48,7 @@ def spread(reports: list[Report], case_names: list[str] | None = None) -> tuple[
         first = members[0][1]
         same = []
         for r, c, run in members:
-            diffs = _field_differences(first, c)
+            diffs = field_differences(first, c)
             if diffs:
                 notes.append(f"case {case} run {name} in {_name(r)}: the layers differ from {_name(members[0][0])}: "
                              + ", ".join(diffs))
