@@ -197,6 +197,14 @@ fi
 # layer, and the latency floor (a near-empty layer). At Ulysses1 a rank's own slice is all
 # of the scatter: these show what the producers' own-slice writes, the schedules and each
 # ablated part cost on one GPU (peer copies and the link need several GPUs: multi).
+# The session's host speed beside a floor run: op by op the near-empty layer is the host's
+# enqueue time, and one machine's sessions differed by 1.6x there (docs/model.md, "How far the
+# measurements agree"); bench_kernels' latency rows (host enqueue per event hop, memory op,
+# copy) in the same call are what a model of the host would scale by.
+host_speed() {  # host_speed NAME: $LOG/host-speed-NAME.h5
+  run_step "host speed beside $1 (bench_kernels latency)" "$APP_LOG" 120 "$T/bench_kernels" --sections latency \
+    -o "$LOG/host-speed-$1.h5"
+}
 if [ $app_built -eq 1 ] && want ablations; then
   ABL=own-slice-copy,no-pitched-copies,no-grouped-handshake,normal-priority,no-target-cache
   "$APP" deck new --preset flux-dev-2048 --name flux-dev-2048.u2 --ulysses 1 --transports nccl,nccl-ce,ipc,vmm \
@@ -207,6 +215,7 @@ if [ $app_built -eq 1 ] && want ablations; then
     --transports nccl,nccl-ce,ipc,vmm --schedules baseline,v-first --ablations own-slice-copy,no-grouped-handshake \
     --warmup 20 --iterations 200 --repeats 3 -o "$LOG/floor-u1.h5" >>"$APP_LOG" 2>&1
   app_run floor-u1 1 "$LOG/floor-u1.h5" --quiet
+  host_speed floor-u1
 fi
 
 # --- graphs: every layer after the first steady one replayed as a CUDA graph (the handshake's
@@ -221,6 +230,7 @@ if [ $app_built -eq 1 ] && want graphs; then
     --transports nccl,ipc,vmm --schedules baseline,v-first --ablations no-graphs --warmup 20 --iterations 200 \
     --repeats 3 -o "$GR/floor-u1.h5" >>"$APP_LOG" 2>&1
   app_run graphs-floor-u1 1 "$GR/floor-u1.h5" --quiet
+  host_speed graphs-floor-u1
   for preset in flux-dev-1024 flux-dev-2048; do
     "$APP" deck new --preset "$preset" --name "$preset.u2" --ulysses 1 --transports nccl,ipc,vmm \
       --schedules v-first,v-first-split,v-project-first --ablations no-graphs --warmup 5 --iterations 50 --repeats 2 \
