@@ -406,6 +406,40 @@ void validate_case_for_world(const Case& c, int world) {
             std::to_string(world) + " ranks)");
 }
 
+// The cases a file lists in its root attribute `cases`, one group /cases/<name> each, in
+// that order: a deck's (`kind` "deck") or a report's (its case groups also hold the run's
+// own attributes and groups, which are left alone; `defaulted` gets "case: field" for each
+// deck field the group lacks).
+std::vector<Case> read_listed_cases(const h5::Group& root, const std::string& path, const char* kind,
+                                    std::vector<std::string>* defaulted = nullptr) {
+  const bool deck_file = defaulted == nullptr;
+  if (!root.has_attr("cases")) root.fail("cases", "missing (required root attribute: the list of case names)");
+  std::vector<std::string> names = root.read_string_list("cases", kMaxCases);
+  if (names.empty()) root.fail("cases", std::string("the ") + kind + " has no cases");
+  std::set<std::string> seen;
+  for (const std::string& n : names) {
+    if (!valid_case_name(n))
+      root.fail("cases", "'" + n + "' is not a valid case name (letters, digits, '_', '-', '.', '+')");
+    if (!seen.insert(n).second) root.fail("cases", "duplicate case name '" + n + "'");
+  }
+  h5::Group cases = root.open_group("cases");
+  for (const std::string& member : cases.link_names())
+    if (!seen.count(member))
+      cases.fail(member, "group is not listed in the root attribute 'cases' (listed: " + join(names) + ")");
+  std::vector<Case> out;
+  for (const std::string& n : names) {
+    if (!cases.has_link(n))
+      cases.fail(n, "missing: the root attribute 'cases' lists it but there is no group /cases/" + n);
+    h5::Group g = cases.open_group(n);
+    g.set_context(path + ": case '" + n + "'");
+    out.push_back(read_case(g, n, deck_file));
+    if (defaulted)
+      for (const std::string& field : case_fields())
+        if (field != "name" && !g.has_attr(field)) defaulted->push_back(n + ": " + field);
+  }
+  return out;
+}
+
 Deck read_deck(const std::string& path) {
   h5::File f = h5::File::open_read(path);
   Deck deck;
@@ -422,26 +456,7 @@ Deck read_deck(const std::string& path) {
                                       std::to_string(kDeckSchemaVersion) + ")");
     deck.schema_version = static_cast<int>(version);
     if (root.has_attr("description")) deck.description = root.read_string("description");
-    if (!root.has_attr("cases")) root.fail("cases", "missing (required root attribute: the list of case names)");
-    std::vector<std::string> names = root.read_string_list("cases", kMaxCases);
-    if (names.empty()) root.fail("cases", "the deck has no cases");
-    std::set<std::string> seen;
-    for (const std::string& n : names) {
-      if (!valid_case_name(n))
-        root.fail("cases", "'" + n + "' is not a valid case name (letters, digits, '_', '-', '.', '+')");
-      if (!seen.insert(n).second) root.fail("cases", "duplicate case name '" + n + "'");
-    }
-    h5::Group cases = root.open_group("cases");
-    for (const std::string& member : cases.link_names())
-      if (!seen.count(member))
-        cases.fail(member, "group is not listed in the root attribute 'cases' (listed: " + join(names) + ")");
-    for (const std::string& n : names) {
-      if (!cases.has_link(n))
-        cases.fail(n, "missing: the root attribute 'cases' lists it but there is no group /cases/" + n);
-      h5::Group g = cases.open_group(n);
-      g.set_context(path + ": case '" + n + "'");
-      deck.cases.push_back(read_case(g, n));
-    }
+    deck.cases = read_listed_cases(root, path, "deck");
   }
   f.close();
   check_deck_cases(deck, path);
@@ -456,20 +471,7 @@ ReportCases read_report_cases(const std::string& path) {
     root.set_context(path);
     if (!root.has_attr("software") || root.read_string("software") != "ulysses-ipc")
       root.fail("software", "missing or not 'ulysses-ipc': not a report of this program (a deck? 'deck show' reads those)");
-    if (!root.has_attr("cases")) root.fail("cases", "missing (the report lists its cases there)");
-    std::vector<std::string> names = root.read_string_list("cases", kMaxCases);
-    if (names.empty()) root.fail("cases", "the report has no cases");
-    h5::Group cases = root.open_group("cases");
-    for (const std::string& n : names) {
-      if (!valid_case_name(n))
-        root.fail("cases", "'" + n + "' is not a valid case name (letters, digits, '_', '-', '.', '+')");
-      if (!cases.has_link(n)) cases.fail(n, "missing: the root attribute 'cases' lists it but there is no group /cases/" + n);
-      h5::Group g = cases.open_group(n);
-      g.set_context(path + ": case '" + n + "'");
-      out.deck.cases.push_back(read_case(g, n, /*deck_group=*/false));
-      for (const std::string& field : case_fields())
-        if (field != "name" && !g.has_attr(field)) out.defaulted.push_back(n + ": " + field);
-    }
+    out.deck.cases = read_listed_cases(root, path, "report", &out.defaulted);
     if (root.has_attr("deck")) out.deck.description = "the cases of report " + path + " (its deck: " + root.read_string("deck") + ")";
   }
   f.close();
