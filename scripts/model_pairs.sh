@@ -38,10 +38,12 @@ done
 # functional, not performance, and not paired.
 MK=docs/measured/2026-12-01-h200-kernels22 MG=docs/measured/2026-12-02-h200-graphs
 MN=docs/measured/2026-12-02-h200-normqk MH=docs/measured/2026-12-02-h200-gemm
+FROM_REPORT=()  # these reports, which scripts/model_traces.sh traces from their own cases
 add_pair() {  # report bench group
   local r=$1 b=$2 g=$3 n
   n=$(basename "$r" .h5)
   PAIRS+=(--pair "$r=$T/$n.h5" --bench "$r=$b" --group "$r=$g")
+  FROM_REPORT+=("$r")
 }
 add_pair "$M1/gantt-flux-2048-u1.h5" "$M1/bench_kernels.h5" flux-2048-u1-h200
 add_pair "$MK/flux-2048-u1-schedules-0fb166f.h5" "$MK/bench_kernels-0fb166f.h5" flux-2048-u1-h200

@@ -35,16 +35,16 @@ run_model "$OUT/flux-2048-u1.deck.h5" "$OUT/flux-2048-u1-ablations.h5" 1
   --transports nccl,nccl-ce,ipc,vmm --schedules baseline,v-first --ablations own-slice-copy,no-grouped-handshake \
   -o "$OUT/floor-u1.deck.h5" >/dev/null
 run_model "$OUT/floor-u1.deck.h5" "$OUT/floor-u1.h5" 1
-# The one-rank reports stored since (docs/measured/2026-12-0*/; two ranks sharing one GPU are
-# time-sliced, no performance: left out): each traced from its own cases (`deck from-report`),
-# at the ranks it ran on, under its own file name.
-for r in 2026-12-01-h200/gantt-flux-2048-u1 2026-12-01-h200-kernels22/flux-2048-u1-schedules-0fb166f \
-         2026-12-02-h200-graphs/graphs-floor-u1 2026-12-02-h200-graphs/graphs-flux-dev-1024-u1 \
-         2026-12-02-h200-graphs/graphs-flux-dev-2048-u1 2026-12-02-h200-normqk/flux-2048-u1-schedules-d95a287 \
-         2026-12-02-h200-normqk/floor-u1-89d5171 2026-12-02-h200-normqk/flux-1024-u1-89d5171 \
-         2026-12-02-h200-normqk/default-np1-89d5171 2026-12-02-h200-head/flux-2048-u1-schedules-6e0f353 \
-         2026-12-02-h200-gemm/default-steady-np1-59e55b4 2026-12-02-h200-gemm/graphs-floor-u1-59e55b4; do
-  "$APP" deck from-report "docs/measured/$r.h5" -o "$OUT/${r#*/}.deck.h5" >/dev/null
-  run_model "$OUT/${r#*/}.deck.h5" "$OUT/${r#*/}.h5" 1
+# The one-rank reports stored since (FROM_REPORT in scripts/model_pairs.sh, the one list
+# of them): each traced from its own cases (`deck from-report`), at one rank, under its own
+# file name.
+# shellcheck disable=SC2034  # read by model_pairs.sh
+T=$OUT
+# shellcheck source=scripts/model_pairs.sh disable=SC1091  # linted on its own
+. scripts/model_pairs.sh
+for r in "${FROM_REPORT[@]}"; do
+  n=$(basename "$r" .h5)
+  "$APP" deck from-report "$r" -o "$OUT/$n.deck.h5" >/dev/null
+  run_model "$OUT/$n.deck.h5" "$OUT/$n.h5" 1
 done
 echo "$OUT"
