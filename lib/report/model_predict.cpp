@@ -84,7 +84,6 @@ int model_predict(const std::vector<std::string>& reports, const model::Machine&
       double layer_lo = base[kStageLayer], layer_hi = layer_lo, scatter_lo = base[kStageScatter],
              scatter_hi = scatter_lo;
       for (double f : kSkewFactors) {
-        if (!m.params.count("start_skew_us")) break;
         model::Machine moved = m;
         moved.params.at("start_skew_us").value *= f;
         const std::vector<double> s = model::modeled_stages(c, moved, kNumStages);
