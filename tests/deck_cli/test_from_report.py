@@ -88,18 +88,18 @@ def test_bad_inputs(app, tmp_path):
     # a deck is not a report
     cases.append(([REPO / "inputs" / "default.h5"], "software: missing or not 'ulysses-ipc': not a report"))
     # no such file
-    cases.append(([tmp_path / "absent.h5"], "absent.h5"))
+    cases.append(([tmp_path / "absent.h5"], "absent.h5: cannot open: No such file or directory"))
     # not HDF5
     junk = tmp_path / "junk.h5"
     junk.write_text("not hdf5")
-    cases.append(([junk], "junk.h5"))
+    cases.append(([junk], "junk.h5: not an HDF5 file"))
     # a report whose case lists a group that is not there
     broken = tmp_path / "broken.h5"
     with h5py.File(broken, "w") as f:
         f.attrs["software"] = "ulysses-ipc"
         f.attrs["cases"] = ["gone"]
         f.create_group("cases")
-    cases.append(([broken], "case"))
+    cases.append(([broken], "there is no group /cases/gone"))
     # a report whose case holds a field out of range
     spoilt = tmp_path / "spoilt.h5"
     with h5py.File(MEASURED / "2026-12-01-h200/floor-u1.h5", "r") as r, h5py.File(spoilt, "w") as f:
@@ -109,9 +109,9 @@ def test_bad_inputs(app, tmp_path):
         for k, v in r["cases"]["floor"].attrs.items():
             g.attrs[k] = v
         g.attrs["heads"] = 0
-    cases.append(([spoilt], "heads"))
+    cases.append(([spoilt], "case 'floor': heads"))
     # an override the deck refuses
-    cases.append(([MEASURED / "2026-12-01-h200/floor-u1.h5", "--iterations", "0"], "iterations"))
+    cases.append(([MEASURED / "2026-12-01-h200/floor-u1.h5", "--iterations", "0"], "iterations: 0 is out of range"))
     for args, message in cases:
         out = tmp_path / "never.h5"
         p = from_report(app, *args, "-o", out)
