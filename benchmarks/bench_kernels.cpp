@@ -18,7 +18,8 @@
 //    and beside a running kernel (does the call wait for the device?); a vmm target's
 //    export + import + map and close, and a first copy into a fresh mapping;
 //  - latency floor: the parts of a scatter's fixed cost (event hop between streams,
-//    stream-memory-op round trip, a small copy, and the host's cost to enqueue each);
+//    stream-memory-op round trip, a small copy, and the host's cost to enqueue each), and
+//    what a graph's nodes cost (a kernel, an event record, a hop between streams);
 //  - with two GPUs or more, the peer link in the Ulysses2 scatter's shape;
 //  - nccl: with two GPUs or more, NCCL's all-to-all on 2..N of them, 1 KB .. 1 GB
 //    (benchmarks/bench_nccl.cpp, like nccl-tests' alltoall_perf).
@@ -648,6 +649,72 @@ void latency_rows(Device& dev, std::vector<Row>& rows) {
   }
 }
 
+// --- graph nodes: what each kind of node costs a captured layer on the GPU. kGraphKernels
+// one-block kernels that end at once are captured as one graph and launched kGraphLaunches
+// times behind a gate, timed with events outside the graph: (a) the kernels alone; (b) an
+// event recorded after each (inside a capture, CudaEvent::record adds an external
+// event-record node: how the layer's timing events ride in its graph); (c) a hop to a
+// second stream and back after each (the layer's forks and joins: two records, so two
+// such nodes, and two waits). And the same three issued op by op on streams, for the
+// difference a graph makes. Figures per kernel; (b) - (a) is one event node's cost.
+constexpr int kGraphKernels = 20;
+constexpr int kGraphLaunches = 20;
+
+void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) {
+  struct Variant {
+    const char* what;
+    bool record;  // an event recorded after each kernel
+    bool hop;     // a hop to stream b and back after each kernel
+  };
+  const Variant variants[] = {{"empty kernels", false, false},
+                              {"empty kernels, an event recorded after each", true, false},
+                              {"empty kernels, a hop to a second stream and back after each", false, true}};
+  for (const Variant& v : variants) {
+    std::vector<std::unique_ptr<Event>> ea(kGraphKernels), eb(kGraphKernels);
+    for (int i = 0; i < kGraphKernels; ++i) {
+      ea[i] = dev.create_event();
+      eb[i] = dev.create_event();
+    }
+    auto issue = [&] {
+      for (int i = 0; i < kGraphKernels; ++i) {
+        launch_delay(cu(a), 0.0);
+        if (v.record || v.hop) ea[i]->record(a);
+        if (v.hop) {
+          dev.stream_wait_event(b, *ea[i]);
+          eb[i]->record(b);
+          dev.stream_wait_event(a, *eb[i]);
+        }
+      }
+    };
+    auto t0 = dev.create_event(), t1 = dev.create_event();
+    // Op by op: the whole chain enqueued behind the gate, so the GPU's time is timed.
+    launch_delay(cu(a), kGateMs);
+    t0->record(a);
+    for (int l = 0; l < kGraphLaunches; ++l) issue();
+    t1->record(a);
+    a.synchronize();
+    const double stream_us = dev.elapsed_ms(*t0, *t1) * 1e3 / (kGraphKernels * kGraphLaunches);
+    // As a graph: captured once, launched once untimed (its upload), then timed.
+    dev.begin_capture(a);
+    issue();
+    auto g = dev.end_capture(a);
+    g->launch(a, g->value_ops());
+    a.synchronize();
+    launch_delay(cu(a), kGateMs);
+    t0->record(a);
+    for (int l = 0; l < kGraphLaunches; ++l) g->launch(a, g->value_ops());
+    t1->record(a);
+    a.synchronize();
+    b.synchronize();
+    const double graph_us = dev.elapsed_ms(*t0, *t1) * 1e3 / (kGraphKernels * kGraphLaunches);
+    const std::string shape = std::to_string(kGraphKernels) + " kernels, " + std::to_string(kGraphLaunches) + " launches";
+    rows.push_back({"latency", std::string("graph: ") + v.what, shape, graph_us / 1e3, graph_us, "us", kNoBound,
+                    "GPU time per kernel in a graph"});
+    rows.push_back({"latency", std::string("streams: ") + v.what, shape, stream_us / 1e3, stream_us, "us", kNoBound,
+                    "GPU time per kernel issued op by op (enqueued ahead of the GPU)"});
+  }
+}
+
 // --- allocation: what a transport's target costs when it is not cached (the no-target-cache
 // ablation allocates and frees Q's, K's and V's targets every layer). For each size: the
 // host's time to allocate and to free, on an idle GPU and while a kernel of kBusyMs holds
@@ -1109,6 +1176,10 @@ int main(int argc, char** argv) {
     if (want("copies")) copy_rows(*dev, *s, bound, rows);
     if (want("where")) where_rows(*dev, rows);
     if (want("latency")) latency_rows(*dev, rows);
+    if (want("latency")) {
+      auto ga = dev->create_stream(StreamPriority::kNormal), gb = dev->create_stream(StreamPriority::kNormal);
+      graph_node_rows(*dev, *ga, *gb, rows);
+    }
     if (want("alloc")) alloc_rows(*dev, rows);
     if (want("peer")) peer_rows(rows);
     std::vector<bench::AllToAllPoint> nccl;
