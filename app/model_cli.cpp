@@ -327,13 +327,16 @@ void print_stage_table(const std::vector<Row>& rows, bool markdown, FILE* out) {
 // The one line that says whether the model meets its aims on these runs.
 void print_summary(const std::vector<Row>& rows, bool markdown, FILE* out) {
   int layer_ok = 0, stage_ok = 0, scatter_ok = 0;
+  size_t staged = 0;  // runs whose stages were timed (not --stage-timing off): the stage and scatter counts' n
   double worst_layer = 0, worst_scatter = 0, worst_stage = 0;
   std::string worst_stage_name = "-";
   for (const Row& r : rows) {
     const double el = rel_err(r, kStageLayer), es = rel_err(r, kStageScatter);
     layer_ok += el <= kLayerAim;
-    scatter_ok += es <= kScatterAim;
     worst_layer = std::max(worst_layer, el);
+    if (!std::isfinite(r.measured[kStageScatter])) continue;
+    ++staged;
+    scatter_ok += es <= kScatterAim;
     worst_scatter = std::max(worst_scatter, es);
     bool all = true;
     for (int s = 0; s < kNumStages; ++s) {
@@ -352,8 +355,8 @@ void print_summary(const std::vector<Row>& rows, bool markdown, FILE* out) {
                "%ssummary: %d of %zu runs with the layer within 10%% (aim 95%%; worst %.1f%%), %d of %zu with every "
                "stage of >= 10%% of its layer within 20%% (worst %.1f%%, %s), %d of %zu with the scatter within 15%% "
                "(aim 90%%; worst %.1f%%)\n",
-               markdown ? "\n" : "", layer_ok, n, 100 * worst_layer, stage_ok, n, 100 * worst_stage,
-               worst_stage_name.c_str(), scatter_ok, n, 100 * worst_scatter);
+               markdown ? "\n" : "", layer_ok, n, 100 * worst_layer, stage_ok, staged, 100 * worst_stage,
+               worst_stage_name.c_str(), scatter_ok, staged, 100 * worst_scatter);
 }
 
 void print_rows(const std::vector<Row>& rows, bool markdown, FILE* out) {

@@ -18,6 +18,7 @@ std::vector<double> modeled_stages(const ReplayCase& c, const Machine& machine, 
   const Machine& m = c.norm_rope.empty() ? machine : own;
   Timeline tl = simulate(c.traces, m, c.issue);
   std::vector<double> crit(num_stages, -std::numeric_limits<double>::infinity());
+  std::vector<bool> timed(num_stages, false);  // a stage without terms was not timed (--stage-timing off)
   for (size_t r = 0; r < c.terms.size() && r < tl.ranks.size(); ++r) {
     std::vector<double> mine(num_stages, 0.0);
     for (const StageTerm& t : c.terms[r]) {
@@ -25,9 +26,12 @@ std::vector<double> modeled_stages(const ReplayCase& c, const Machine& machine, 
         throw InputError(c.label + ": stage term out of range (stage " + std::to_string(t.stage) + ", op " +
                          std::to_string(t.op) + ")");
       mine[t.stage] += t.coef * tl.ranks[r][t.op].end_ms;
+      timed[t.stage] = true;
     }
     for (int s = 0; s < num_stages; ++s) crit[s] = std::max(crit[s], mine[s]);
   }
+  for (int s = 0; s < num_stages; ++s)
+    if (!timed[s]) crit[s] = std::numeric_limits<double>::quiet_NaN();
   return crit;
 }
 

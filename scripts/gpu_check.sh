@@ -231,6 +231,9 @@ if [ $app_built -eq 1 ] && want graphs; then
     --repeats 3 -o "$GR/floor-u1.h5" >>"$APP_LOG" 2>&1
   app_run graphs-floor-u1 1 "$GR/floor-u1.h5" --quiet
   host_speed graphs-floor-u1
+  # The same layers timed as a whole (--stage-timing off): no event between stages, each of
+  # which is a node of ~2.2 us in a graph (bench_kernels' graph rows), op by op and as graphs.
+  app_run graphs-floor-u1-lean 1 "$GR/floor-u1.h5" --quiet --stage-timing off
   for preset in flux-dev-1024 flux-dev-2048; do
     "$APP" deck new --preset "$preset" --name "$preset.u2" --ulysses 1 --transports nccl,ipc,vmm \
       --schedules v-first,v-first-split,v-project-first --ablations no-graphs --warmup 5 --iterations 50 --repeats 2 \

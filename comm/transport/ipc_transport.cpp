@@ -48,7 +48,8 @@ class IpcTransport : public Transport {
         comm_(dup_comm(group)),
         path_(make_mapping_path(kind, dev, comm_)),
         cache_(dev, comm_, *path_, opts.cache_capacity, stats_, MPI_COMM_NULL, opts.cache_targets),
-        handshake_(dev, comm_, *path_) {
+        handshake_(dev, comm_, *path_),
+        time_v_copy_(opts.time_v_copy) {
     me_ = comm_.rank();
     peers_ = comm_.size();
     copy_ = dev_.create_stream(opts.copy_priority);
@@ -119,7 +120,7 @@ class IpcTransport : public Transport {
     group_->tags += std::string(group_->tags.empty() ? "" : ",") + tag_name(sub.tag);
     // Only V's copies are timed (the overlap the report gives): two event records less
     // per other tensor and layer, host time that the near-empty layer's floor is made of.
-    const bool timed = sub.tag == Tag::kV;
+    const bool timed = sub.tag == Tag::kV && time_v_copy_;
     auto& iv = intervals_[sub.tag];
     if (timed && !iv.first) iv = {dev_.create_event(), dev_.create_event()};
     if (timed) iv.first->record(*copy_);
@@ -217,6 +218,7 @@ class IpcTransport : public Transport {
   std::unique_ptr<MappingPath> path_;  // ipc or vmm: the only difference between them
   TargetCache cache_;
   EpochHandshake handshake_;
+  bool time_v_copy_;  // V's copies timed (TransportOptions::time_v_copy)
   int me_ = 0, peers_ = 1;
   std::unique_ptr<Stream> copy_, self_;
   std::unique_ptr<Event> ready_evt_, self_done_, released_, layer_start_;

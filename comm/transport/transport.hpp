@@ -132,6 +132,7 @@ struct TransportOptions {
   int cache_capacity = 12;     // final-layout targets cached (bounded, LRU)
   bool cache_targets = true;   // false: every layer allocates and exchanges its targets anew
   StreamPriority copy_priority = StreamPriority::kHigh;  // of the copy stream
+  bool time_v_copy = true;     // V's copies timed by two events (copy_interval); false: not
 };
 
 // The NCCL baseline: pack head slices, all-to-all over `coll`, unpack. One all-to-all

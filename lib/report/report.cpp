@@ -147,6 +147,7 @@ void write_run(const h5::Group& cg, const RunResult& r) {
   g.write_attr("graph_replays", r.graph_replays);
   g.write_attr("graph_divergences", r.graph_divergences);
   g.write_attr("graph_last_divergence", r.graph_last_divergence);
+  g.write_attr("stage_timing", r.stage_timing);
   if (!r.host_enqueue_ms.empty()) {
     UIPC_CHECK(r.host_enqueue_ms.size() == static_cast<size_t>(r.repeats) * static_cast<size_t>(r.iterations),
                "host_enqueue_ms does not hold one value per timed layer");

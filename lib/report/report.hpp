@@ -68,6 +68,8 @@ struct RunResult {
   std::string graphs;
   int64_t graph_captures = 0, graph_replays = 0, graph_divergences = 0;
   std::string graph_last_divergence;
+  // "on": each stage timed; "off": the layer alone, its stages NaN (--stage-timing off).
+  std::string stage_timing = "on";
   // [repeat][iteration]: rank 0's host milliseconds to enqueue each timed layer (op by
   // op: every call; replayed: the layer's host logic and one launch).
   std::vector<double> host_enqueue_ms;

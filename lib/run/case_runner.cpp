@@ -98,8 +98,9 @@ TransportOptions ablated(TransportOptions topts, const std::string& ablation) {
   return topts;
 }
 
-PipelineOptions pipeline_options(const std::string& ablation) {
+PipelineOptions pipeline_options(const std::string& ablation, bool stage_timing) {
   PipelineOptions popts;
+  popts.stage_timing = stage_timing;
   popts.own_slice_by_producer = ablation != "own-slice-copy";
   popts.pack_strided = ablation == "no-pitched-copies";
   popts.grouped_handshake = ablation != "no-grouped-handshake";
@@ -138,6 +139,7 @@ TransportSetup transport_setup(const DeckRun& dr, const Case& c, const OpenCase&
   TransportSetup setup{*be.device, oc.ucomm.get(), oc.unodes, *oc.ucoll,
                        [&be](MPI_Comm c) { return be.make_collectives(c); }, {}};
   setup.options.cache_capacity = dr.opt.cache_capacity;
+  setup.options.time_v_copy = dr.opt.stage_timing;
   setup.hier_chunks = dr.opt.hier_chunks;
   setup.vmajor_threshold = c.vmajor_threshold;
   setup.row_change = [&be](Stream& s, const void* now, const void* last, DType t, int64_t rows, int64_t row_elems,
@@ -213,6 +215,7 @@ RunResult new_run_result(const DeckRun& dr, const OpenCase& oc, const std::strin
   rr.collectives = oc.ucoll->name();
   rr.schedule = sname;
   rr.ablation = ablation;
+  rr.stage_timing = dr.opt.stage_timing ? "on" : "off";
   rr.projection = fused ? "fused" : "separate";
   rr.approximate = approx;
   rr.repeats = shape.report_repeats;
@@ -533,7 +536,7 @@ RunResult run_one(const DeckRun& dr, OpenCase& oc, const std::string& tname, con
   // ranks share the CPU with their streams' workers and time nothing real.
   const double align_spin_s = dr.mode == Mode::kGpu ? 0.05 : 0.0;
   LayerPipeline pipe(*dr.be.device, *dr.be.kernels, c, oc.l, oc.data, sched, *sel.transport, *gather, oc.tcoll.get(),
-                     dr.compute, pipeline_options(ablation));
+                     dr.compute, pipeline_options(ablation, dr.opt.stage_timing));
   const std::string why_not = graphs_why_not(dr, oc, sel, *gather, ablation);
   GraphedLayer layer(*dr.be.tracer, pipe, dr.compute,
                      dr.mode == Mode::kModel ? "--mode model traces its layers op by op" : why_not);

@@ -22,6 +22,7 @@ struct RunOptions {
   int ranks_per_node = 0;              // > 0: declare nodes of this many consecutive ranks
   int hier_chunks = 4;                 // token chunks per batch of the hier transport's pipeline
   bool graphs = true;                  // layers replayed as captured graphs where eligible (lib/run/layer_graph.hpp)
+  bool stage_timing = true;            // each stage timed (false: the layer alone; PipelineOptions::stage_timing)
   // Ablation runs beside the full design, for every case (replacing the cases' own
   // lists); empty with ablations_set: none.
   std::vector<std::string> ablations;

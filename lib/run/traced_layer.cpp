@@ -31,9 +31,10 @@ std::vector<model::StageTerm> probe_stage_terms(TracingDevice& dev, LayerPipelin
     dev.use_modeled_clock(nullptr);
     probe[j].end_ms = 0;
     for (int s = 0; s < kNumStages; ++s)
-      if (t.stage_ms[s] != 0) terms.push_back({s, static_cast<int>(j), t.stage_ms[s]});
+      if (t.stage_ms[s] != 0 && !std::isnan(t.stage_ms[s])) terms.push_back({s, static_cast<int>(j), t.stage_ms[s]});
   }
   for (int s = 0; s < kNumStages; ++s) {
+    if (std::isnan(expect.stage_ms[s])) continue;  // not timed (--stage-timing off)
     double sum = 0;
     for (const auto& t : terms)
       if (t.stage == s) sum += t.coef * modeled[t.op].end_ms;

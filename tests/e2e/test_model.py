@@ -4,6 +4,7 @@ reports modelled figures only, never claims parity and exits 5; --machine picks 
 machine (and a bad one is one clear error); `ulysses-ipc model` replays stored traces
 against the stored two-H200 reports and fits a machine to them."""
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -169,6 +170,56 @@ def test_model_tools_replay_and_fit_against_a_stored_gpu_report(app, run, tmp_pa
     stray = subprocess.run([app, "model", "loo", *two, "--group", f"{tmp_path / 'none.h5'}=floor"],
                            capture_output=True, text=True)
     assert stray.returncode == 2 and "--group" in stray.stderr and "not a measured report" in stray.stderr
+
+
+def test_a_run_timed_as_a_whole_is_judged_on_its_layer_alone(app, run, tmp_path):
+    """A measured report of --stage-timing off (its stages NaN) beside a trace of the same
+    lean layers: model validate compares its layers, shows its stages as '-', and counts
+    its runs in the layer aim only; the stage and scatter counts are of the staged runs."""
+    deck = tmp_path / "floor.deck.h5"
+    made = subprocess.run([app, "deck", "new", "--name", "floor", "--seq-len", "256", "--heads", "8", "--head-dim",
+                           "64", "--dtype", "bf16", "--ulysses", "2", "--transports", "nccl,ipc,vmm", "--schedules",
+                           "baseline,v-first", "-o", str(deck)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    traces = {}
+    for timing in ("on", "off"):
+        traces[timing] = tmp_path / f"floor-model-{timing}.h5"
+        p = run(2, str(deck), "--mode", "model", "--stage-timing", timing, "-o", str(traces[timing]), "--quiet")
+        assert p.returncode == 6, p.stderr
+    # The stored GPU report as if its stages had not been timed.
+    lean = tmp_path / "floor-lean.h5"
+    shutil.copy(FLOOR, lean)
+    with h5py.File(lean, "r+") as f:
+        for name in f["cases/floor"].attrs["runs"]:
+            g = f["cases/floor"][name]
+            st = g["stage_ms"][()]
+            st[..., :6] = np.nan
+            g["stage_ms"][...] = st
+            for attr in ("median_ms", "p10_ms", "p90_ms"):
+                v = g.attrs[attr]
+                v[:6] = np.nan
+                g.attrs[attr] = v
+            g.attrs["stage_timing"] = "off"
+
+    def summary(*pairs):
+        r = subprocess.run([app, "model", "validate", *[a for p_ in pairs for a in ("--pair", p_)]],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout, [int(x) for x in re.findall(r"(\d+) of (\d+)", r.stdout.strip().splitlines()[-1])
+                          for x in x]
+
+    staged_out, staged = summary(f"{FLOOR}={traces['on']}")
+    both_out, both = summary(f"{FLOOR}={traces['on']}", f"{lean}={traces['off']}")
+    runs = staged[1]
+    assert runs > 0 and staged[3] == staged[5] == runs, staged
+    # The layer: the lean runs counted too; stages and scatter: the staged runs alone.
+    assert both[1] == 2 * runs and both[3] == both[5] == runs, both
+    assert both[2] == staged[2] and both[4] == staged[4], (both, staged)
+    lean_rows = [l for l in both_out.splitlines() if l.startswith("floor-lean.h5")]
+    assert len(lean_rows) == runs + 1, both_out  # each run, and the per-stage table's row
+    for row in lean_rows[:-1]:
+        cols = row.split()
+        assert cols[-7:-1] == ["-"] * 6 and cols[-1].endswith("%"), row
 
 
 def test_each_report_is_replayed_with_its_own_codes_norm_rope_rate(app, run, tmp_path):
