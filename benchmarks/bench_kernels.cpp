@@ -651,12 +651,13 @@ void latency_rows(Device& dev, std::vector<Row>& rows) {
 
 // --- graph nodes: what each kind of node costs a captured layer on the GPU. kGraphKernels
 // one-block kernels that end at once are captured as one graph and launched kGraphLaunches
-// times behind a gate, timed with events outside the graph: (a) the kernels alone; (b) an
-// event recorded after each (inside a capture, CudaEvent::record adds an external
-// event-record node: how the layer's timing events ride in its graph); (c) a hop to a
-// second stream and back after each (the layer's forks and joins: two records, so two
-// such nodes, and two waits). And the same three issued op by op on streams, for the
-// difference a graph makes. Figures per kernel; (b) - (a) is one event node's cost.
+// times behind a gate, timed with events outside the graph: the kernels alone; an event
+// recorded after each; a hop to a second stream and back after each (the layer's forks and
+// joins: two records and two waits). Events timed (inside a capture, CudaEvent::record
+// adds an external event-record node, which timing and later waits read) or ordering
+// (EventUse::kOrdering: an edge of the graph, no node; op by op a record without timing).
+// And the same issued op by op on streams. Figures per kernel; a variant less the kernels
+// alone is what its events cost.
 constexpr int kGraphKernels = 20;
 constexpr int kGraphLaunches = 20;
 
@@ -665,15 +666,19 @@ void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) 
     const char* what;
     bool record;  // an event recorded after each kernel
     bool hop;     // a hop to stream b and back after each kernel
+    EventUse use;
   };
-  const Variant variants[] = {{"empty kernels", false, false},
-                              {"empty kernels, an event recorded after each", true, false},
-                              {"empty kernels, a hop to a second stream and back after each", false, true}};
+  const Variant variants[] = {
+      {"empty kernels", false, false, EventUse::kTimed},
+      {"empty kernels, an event recorded after each", true, false, EventUse::kTimed},
+      {"empty kernels, an ordering event recorded after each", true, false, EventUse::kOrdering},
+      {"empty kernels, a hop to a second stream and back after each", false, true, EventUse::kTimed},
+      {"empty kernels, a hop through ordering events after each", false, true, EventUse::kOrdering}};
   for (const Variant& v : variants) {
     std::vector<std::unique_ptr<Event>> ea(kGraphKernels), eb(kGraphKernels);
     for (int i = 0; i < kGraphKernels; ++i) {
-      ea[i] = dev.create_event();
-      eb[i] = dev.create_event();
+      ea[i] = dev.create_event(v.use);
+      eb[i] = dev.create_event(v.use);
     }
     auto issue = [&] {
       for (int i = 0; i < kGraphKernels; ++i) {

@@ -4,7 +4,9 @@
 // for it on a second stream that joins through an event, a copy, a write back) is
 // captured once and launched again and again with new values. Each launch must take its
 // own values (never the captured ones), move fresh data, and time itself through events;
-// a launch whose wait is never satisfied must end in a PeerTimeout naming the wait.
+// a launch whose wait is never satisfied must end in a PeerTimeout naming the wait. The
+// fork and join events are timed ones or ordering ones (EventUse: edges of a CUDA graph,
+// no nodes); ordering ones are then refused to every read.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -19,8 +21,9 @@
 
 namespace uipc::testing {
 
-inline void check_graph_launches_take_their_own_values(Device& dev, uint64_t seed) {
-  SCOPED_TRACE("seed " + std::to_string(seed));
+inline void check_graph_launches_take_their_own_values(Device& dev, uint64_t seed,
+                                                       EventUse joins = EventUse::kTimed) {
+  SCOPED_TRACE("seed " + std::to_string(seed) + (joins == EventUse::kOrdering ? ", ordering joins" : ", timed joins"));
   std::mt19937_64 rng(seed);
   ASSERT_EQ(dev.graph_ineligible_reason(), "");
   auto origin = dev.create_stream(StreamPriority::kNormal);
@@ -31,7 +34,8 @@ inline void check_graph_launches_take_their_own_values(Device& dev, uint64_t see
   dev.memset(*origin, words.get(), 0, 64);
   dev.memset(*origin, dst.get(), 0, dst.bytes());
   origin->synchronize();
-  auto fork = dev.create_event(), join = dev.create_event(), start = dev.create_event(), end = dev.create_event();
+  auto fork = dev.create_event(joins), join = dev.create_event(joins);
+  auto start = dev.create_event(), end = dev.create_event();
   uint64_t* w = words.as<uint64_t>();
 
   auto layer = [&](uint64_t epoch) {
@@ -92,6 +96,13 @@ inline void check_graph_launches_take_their_own_values(Device& dev, uint64_t see
     v[1].label.what = "ready epoch " + std::to_string(epoch);
     g->launch(*origin, v);
     check(epoch, want);
+  }
+
+  // An ordering event is never read.
+  if (joins == EventUse::kOrdering) {
+    EXPECT_THROW((void)fork->query(), RuntimeError);
+    EXPECT_THROW(join->synchronize(), RuntimeError);
+    EXPECT_THROW((void)dev.elapsed_ms(*start, *join), RuntimeError);
   }
 
   // Values for another word are refused.

@@ -203,6 +203,36 @@ TEST_F(CudaDeviceTest, GraphLaunchesTakeTheirOwnValuesAndStayBounded) {
   uipc::testing::check_graph_launches_take_their_own_values(*dev_, seed);
 }
 
+// Ordering events (EventUse::kOrdering) are edges of the graph, not nodes: the launches
+// still order the side stream between the origin's writes; and one last recorded in a
+// capture cannot be waited on outside it (its record there was only the edge).
+TEST_F(CudaDeviceTest, OrderingEventsAreEdgesOfAGraphAndNotWaitedOnOutsideIt) {
+  uint64_t seed = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  uipc::testing::check_graph_launches_take_their_own_values(*dev_, seed, EventUse::kOrdering);
+  auto origin = dev_->create_stream(StreamPriority::kNormal);
+  auto side = dev_->create_stream(StreamPriority::kNormal);
+  auto fork = dev_->create_event(EventUse::kOrdering);
+  dev_->begin_capture(*origin);
+  fork->record(*origin);
+  dev_->stream_wait_event(*side, *fork);
+  auto join = dev_->create_event(EventUse::kOrdering);
+  join->record(*side);
+  dev_->stream_wait_event(*origin, *join);
+  auto g = dev_->end_capture(*origin);
+  g->launch(*origin, g->value_ops());
+  origin->synchronize();
+  try {
+    dev_->stream_wait_event(*side, *fork);
+    ADD_FAILURE() << "a wait outside the graph on an ordering event recorded in it was accepted";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("outside a graph, on an ordering event"), std::string::npos) << e.what();
+  }
+  // Recorded again outside a capture, it is an ordinary join once more.
+  fork->record(*origin);
+  dev_->stream_wait_event(*side, *fork);
+  side->synchronize();
+}
+
 // The shapes of the cross-rank scatter: 4 heads per rank after it, 96 tokens per rank.
 struct ScatterGeometry {
   explicit ScatterGeometry(int ranks) : P(ranks), H(4 * ranks) {}

@@ -35,6 +35,11 @@ TEST(HostGraphs, LaunchesTakeTheirOwnValuesAndStayBounded) {
   uipc::testing::check_graph_launches_take_their_own_values(*dev, shared_seed());
 }
 
+TEST(HostGraphs, OrderingEventsJoinTheStreamsOfEveryLaunch) {
+  auto dev = make_host_device(world_rank());
+  uipc::testing::check_graph_launches_take_their_own_values(*dev, shared_seed(), EventUse::kOrdering);
+}
+
 struct LayerRun {
   std::vector<std::vector<uint16_t>> results;  // [layer]: this rank's Q, K, V results, concatenated
   int steady = 0, captures = 0, replays = 0, divergences = 0;

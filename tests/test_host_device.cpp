@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -549,6 +550,42 @@ TEST_F(HostDeviceTest, StreamWaitEventOrdersWorkAcrossStreams) {
   host_stream(*consumer).enqueue([&] { observed = produced.load(); });
   consumer->synchronize();
   EXPECT_EQ(observed, 1);
+}
+
+TEST_F(HostDeviceTest, AnOrderingEventJoinsStreamsButIsNeverRead) {
+  auto producer = stream();
+  auto consumer = stream();
+  auto e = dev_->create_event(EventUse::kOrdering);
+  auto timed = dev_->create_event();
+  EXPECT_EQ(e->use(), EventUse::kOrdering);
+  EXPECT_EQ(timed->use(), EventUse::kTimed);
+  std::atomic<int> produced{0};
+  int observed = -1;
+  host_stream(*producer).enqueue([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    produced.store(1);
+  });
+  e->record(*producer);
+  timed->record(*producer);
+  dev_->stream_wait_event(*consumer, *e);
+  host_stream(*consumer).enqueue([&] { observed = produced.load(); });
+  consumer->synchronize();
+  EXPECT_EQ(observed, 1);
+  // Never timed, queried or synchronized: each is a named error, on every device.
+  const std::string named = "an ordering event (EventUse::kOrdering) only joins streams";
+  auto expect_refused = [&](const std::function<void()>& read, const char* what) {
+    try {
+      read();
+      ADD_FAILURE() << what << " of an ordering event was accepted";
+    } catch (const RuntimeError& err) {
+      EXPECT_NE(std::string(err.what()).find(named), std::string::npos) << err.what();
+    }
+  };
+  expect_refused([&] { (void)e->query(); }, "query");
+  expect_refused([&] { e->synchronize(); }, "synchronize");
+  expect_refused([&] { (void)dev_->elapsed_ms(*timed, *e); }, "elapsed_ms");
+  expect_refused([&] { (void)dev_->elapsed_ms(*e, *timed); }, "elapsed_ms");
+  EXPECT_GE(dev_->elapsed_ms(*timed, *timed), 0.0);
 }
 
 TEST_F(HostDeviceTest, StreamWaitEventWaitsForTheRecordAtCallTime) {

@@ -231,7 +231,7 @@ bool device_capturing(const CudaDevice* dev);
 // records `in_graph_` at every launch, which timing, queries and later waits read.
 class CudaEvent : public Event {
  public:
-  CudaEvent(CudaDevice* dev, cudaEvent_t e) : dev_(dev), event_(e) {}
+  CudaEvent(CudaDevice* dev, cudaEvent_t e, EventUse use) : Event(use), dev_(dev), event_(e) {}
   ~CudaEvent() override {
     cudaEventDestroy(event_);
     if (graph_event_) cudaEventDestroy(graph_event_);
@@ -239,7 +239,7 @@ class CudaEvent : public Event {
   void record(Stream& s) override {
     cudaStream_t cs = cuda_stream(s).get();
     recorded_in_graph_ = device_capturing(dev_);
-    if (recorded_in_graph_) {
+    if (recorded_in_graph_ && use() == EventUse::kTimed) {
       // The node first: a stream that joins through event_ then joins after it too (else
       // the capture ends with the node unjoined).
       if (!graph_event_) UIPC_CUDA_CHECK(cudaEventCreate(&graph_event_));
@@ -247,12 +247,24 @@ class CudaEvent : public Event {
     }
     UIPC_CUDA_CHECK(cudaEventRecord(event_, cs));
   }
-  bool query() override { return query_done(cudaEventQuery(get()), "cudaEventQuery(event)"); }
+  bool query() override {
+    require_timed(*this, "cudaEventQuery");
+    return query_done(cudaEventQuery(get()), "cudaEventQuery(event)");
+  }
   void synchronize() override;
   // The event that holds the last record's time: the graph's node when it was captured.
-  cudaEvent_t get() const { return recorded_in_graph_ ? graph_event_ : event_; }
+  cudaEvent_t get() const {
+    require_timed(*this, "the time of an event");
+    return recorded_in_graph_ ? graph_event_ : event_;
+  }
   // What a stream waits on: inside a capture, the capture's own record.
-  cudaEvent_t for_wait(bool capturing) const { return capturing ? event_ : get(); }
+  cudaEvent_t for_wait(bool capturing) const {
+    if (capturing) return event_;
+    UIPC_CHECK(!(recorded_in_graph_ && use() == EventUse::kOrdering),
+               "a stream waits, outside a graph, on an ordering event last recorded inside one (its record there is "
+               "only an edge of the graph)");
+    return recorded_in_graph_ ? graph_event_ : event_;
+  }
 
  private:
   CudaDevice* dev_;
@@ -550,11 +562,13 @@ class CudaDevice : public Device {
     logs_.push_back(stream->log());
     return stream;
   }
-  std::unique_ptr<Event> create_event() override {
+  std::unique_ptr<Event> create_event(EventUse use = EventUse::kTimed) override {
     UIPC_CUDA_CHECK(cudaSetDevice(ordinal_));
     cudaEvent_t e = nullptr;
-    UIPC_CUDA_CHECK(cudaEventCreate(&e));
-    return std::make_unique<CudaEvent>(this, e);
+    // An ordering event is never timed: no timestamp to take.
+    UIPC_CUDA_CHECK(use == EventUse::kOrdering ? cudaEventCreateWithFlags(&e, cudaEventDisableTiming)
+                                               : cudaEventCreate(&e));
+    return std::make_unique<CudaEvent>(this, e, use);
   }
   void stream_wait_event(Stream& s, Event& e) override {
     auto* ce = dynamic_cast<CudaEvent*>(&e);

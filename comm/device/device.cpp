@@ -8,6 +8,12 @@
 
 namespace uipc {
 
+void require_timed(const Event& e, const char* what) {
+  UIPC_CHECK(e.use() == EventUse::kTimed, std::string(what) +
+                                             ": an ordering event (EventUse::kOrdering) only joins streams: it is never "
+                                             "timed, queried or synchronized");
+}
+
 void FreeBuffer::release(Device& d, void* ptr, size_t bytes, void* impl) { d.free_buffer(ptr, bytes, impl); }
 
 void CloseMapping::release(Device& d, void* ptr, size_t bytes, void* impl) { d.close_mapping(ptr, bytes, impl); }

@@ -31,15 +31,35 @@ class Stream {
   virtual void* native() = 0;
 };
 
+// What an event is for (Device::create_event).
+//  kTimed     timed, queried, synchronized, waited on at any time. Recorded inside a graph
+//             capture, it is a node of the graph (a CUDA external event record: ~2.2 us of
+//             GPU time on an H200, bench_kernels' graph rows), so that it holds the time of
+//             each launch.
+//  kOrdering  only joins streams: recorded, then waited on by other streams of the same
+//             layer. Inside a capture it is an edge of the graph, no node. It is never timed,
+//             queried or synchronized (an error on every device); on the GPU, one last
+//             recorded inside a capture cannot be waited on outside it (its record there is
+//             only the edge).
+enum class EventUse { kTimed, kOrdering };
+
 // A marker in a stream; its completion time can be compared with other events'.
 class Event {
  public:
+  explicit Event(EventUse use = EventUse::kTimed) : use_(use) {}
   virtual ~Event() = default;
+  EventUse use() const { return use_; }
   virtual void record(Stream& s) = 0;
   // True once the work before the last record() has completed.
   virtual bool query() = 0;
   virtual void synchronize() = 0;
+
+ private:
+  EventUse use_;
 };
+
+// Throws unless `e` may be read (timed, queried, synchronized): not a kOrdering event.
+void require_timed(const Event& e, const char* what);
 
 // Memory reached through a device and given back through it when the owner goes:
 // `Release` says how (free a buffer, close a mapping). Movable, not copyable.
@@ -188,7 +208,7 @@ class Device {
 
   // --- streams and events
   virtual std::unique_ptr<Stream> create_stream(StreamPriority p) = 0;
-  virtual std::unique_ptr<Event> create_event() = 0;
+  virtual std::unique_ptr<Event> create_event(EventUse use = EventUse::kTimed) = 0;
   // Makes `s` wait until `e` (recorded on another stream) completes.
   virtual void stream_wait_event(Stream& s, Event& e) = 0;
   // Milliseconds between two completed events (of any streams of this device).

@@ -543,7 +543,7 @@ bool wait_for_record(EventRecord& rec, Clock::duration bound, const std::atomic<
 
 class HostEvent final : public Event {
  public:
-  explicit HostEvent(const Device& device) : device_(device) {}
+  HostEvent(const Device& device, EventUse use) : Event(use), device_(device) {}
 
   void record(Stream& s) override {
     HostStreamImpl& stream = impl_of(s);
@@ -568,6 +568,7 @@ class HostEvent final : public Event {
   }
 
   bool query() override {
+    require_timed(*this, "query");
     auto rec = latest();
     if (!rec) return true;
     std::lock_guard<std::mutex> lk(rec->mu);
@@ -576,6 +577,7 @@ class HostEvent final : public Event {
   }
 
   void synchronize() override {
+    require_timed(*this, "synchronize");
     auto rec = latest();
     if (!rec) return;
     double watchdog_s = device_.watchdog_seconds();
@@ -750,7 +752,9 @@ class HostDevice final : public Device {
     return stream;
   }
 
-  std::unique_ptr<Event> create_event() override { return std::make_unique<HostEvent>(*this); }
+  std::unique_ptr<Event> create_event(EventUse use = EventUse::kTimed) override {
+    return std::make_unique<HostEvent>(*this, use);
+  }
 
   // --- graphs: the op list, recorded once and issued again at each launch
   std::string graph_ineligible_reason() override { return ""; }
@@ -798,6 +802,8 @@ class HostDevice final : public Device {
   }
 
   double elapsed_ms(Event& start, Event& end) override {
+    require_timed(start, "elapsed_ms");
+    require_timed(end, "elapsed_ms");
     auto a = impl_of(start).latest();
     auto b = impl_of(end).latest();
     UIPC_CHECK(a && b, "elapsed_ms: an event was never recorded");

@@ -46,7 +46,8 @@ class TracingStream final : public Stream {
 
 class TracingEvent final : public Event {
  public:
-  TracingEvent(TracingDevice& dev, std::unique_ptr<Event> inner) : dev_(dev), inner_(std::move(inner)) {}
+  TracingEvent(TracingDevice& dev, std::unique_ptr<Event> inner)
+      : Event(inner->use()), dev_(dev), inner_(std::move(inner)) {}
   void record(Stream& s) override { dev_.on_event_record(*inner_, s, last_op_, generation_); }
   bool query() override {
     dev_.on_event_query();
@@ -204,9 +205,9 @@ std::unique_ptr<Stream> TracingDevice::create_stream(StreamPriority p) {
   return std::make_unique<TracingStream>(*this, inner_->create_stream(p), index);
 }
 
-std::unique_ptr<Event> TracingDevice::create_event() {
+std::unique_ptr<Event> TracingDevice::create_event(EventUse use) {
   note_host_call("the creation of an event");
-  return std::make_unique<TracingEvent>(*this, inner_->create_event());
+  return std::make_unique<TracingEvent>(*this, inner_->create_event(use));
 }
 
 int TracingDevice::append(Stream* s, model::Op op) {
@@ -307,6 +308,8 @@ void TracingDevice::stream_wait_event(Stream& s, Event& e) {
 double TracingDevice::elapsed_ms(Event& start, Event& end) {
   TracingEvent& a = tracing_event(start);
   TracingEvent& b = tracing_event(end);
+  require_timed(a, "elapsed_ms");
+  require_timed(b, "elapsed_ms");
   if (!modeled_) return inner_->elapsed_ms(a.inner(), b.inner());
   UIPC_CHECK(a.generation() == generation_ && b.generation() == generation_ && a.last_op() >= 0 && b.last_op() >= 0 &&
                  static_cast<size_t>(std::max(a.last_op(), b.last_op())) < modeled_->size(),

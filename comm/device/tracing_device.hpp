@@ -127,7 +127,7 @@ class TracingDevice final : public Device {
   }
   size_t free_memory() const override { return inner_->free_memory(); }
   std::unique_ptr<Stream> create_stream(StreamPriority p) override;
-  std::unique_ptr<Event> create_event() override;
+  std::unique_ptr<Event> create_event(EventUse use = EventUse::kTimed) override;
   void stream_wait_event(Stream& s, Event& e) override;
   double elapsed_ms(Event& start, Event& end) override;
   void copy_2d(Stream& s, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width_bytes,

@@ -25,14 +25,15 @@ struct GroupCompletion {
 // group still holds (its results dropped). A layer that drops its results before the
 // next (lib/run/pipeline.cpp) thus uses the same events in the same order every layer,
 // which is what lets a captured graph stand for it (lib/run/layer_graph.hpp); and no
-// event is created per group.
+// event is created per group. They only join streams (GroupExchange::wait): ordering
+// events, edges of a captured layer and no nodes (EventUse).
 class EventPool {
  public:
   explicit EventPool(Device& dev) : dev_(dev) {}
   std::shared_ptr<Event> take() {
     for (auto& e : events_)
       if (e.use_count() == 1) return e;
-    events_.push_back(std::shared_ptr<Event>(dev_.create_event()));
+    events_.push_back(std::shared_ptr<Event>(dev_.create_event(EventUse::kOrdering)));
     return events_.back();
   }
 

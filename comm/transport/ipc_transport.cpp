@@ -54,9 +54,11 @@ class IpcTransport : public Transport {
     peers_ = comm_.size();
     copy_ = dev_.create_stream(opts.copy_priority);
     self_ = dev_.create_stream(opts.copy_priority);
-    ready_evt_ = dev_.create_event();
-    layer_start_ = dev_.create_event();
-    self_done_ = dev_.create_event();
+    // Joins of the copy streams to the producer and back, within a layer: edges of a
+    // captured layer, no nodes (EventUse).
+    ready_evt_ = dev_.create_event(EventUse::kOrdering);
+    layer_start_ = dev_.create_event(EventUse::kOrdering);
+    self_done_ = dev_.create_event(EventUse::kOrdering);
     released_ = dev_.create_event();
   }
 
