@@ -52,6 +52,7 @@ struct Options {
   std::vector<std::string> rates;  // bench_kernels files whose profiles (norm+RoPE, GEMM) become the machine's
   std::vector<std::string> group_args;                       // MEASURED=NAME
   std::map<std::string, std::string> group;                  // measured report -> the group left out with it
+  std::vector<std::string> timed_events;  // measured reports whose code recorded every event timed
 };
 
 // --rates of predict and ops (calibrate, validate and loo say more: the fitted file keeps them).
@@ -98,6 +99,10 @@ void declare(CLI::App& app, Options& o) {
                   "a bench_kernels -o file of the current code: the profiles it holds (norm+RoPE, GEMM and attention by shape) "
                   "become the machine's (and the fitted file's); repeatable, one file a profile")
         ->type_name("BENCH.h5");
+    c->add_option("--timed-events", o.timed_events,
+                  "the code that made MEASURED recorded every event as a timed one (before ordering events, "
+                  "EventUse): its traces' event records are replayed as timed, each a node of its graph (repeatable)")
+        ->type_name("MEASURED");
     c->add_option("--group", o.group_args,
                   "loo: leave this measured report out together with every other of the same NAME (reports of "
                   "one deck on one machine, measured at different code: each would all but predict the other); "
@@ -178,11 +183,14 @@ Options parse(int argc, char** argv, std::string* text) {
   };
   per_report(o.bench_args, "--bench", "BENCH.h5", o.bench);
   per_report(o.group_args, "--group", "NAME", o.group);
-  for (const auto& w : o.without) {
-    bool found = false;
-    for (const auto& p : o.pairs) found = found || p.first == w;
-    if (!found) throw InputError("model " + o.command + ": --without " + w + ": not a measured report of any --pair");
-  }
+  for (const auto& [option, list] : {std::pair<const char*, const std::vector<std::string>*>{"--without", &o.without},
+                                     {"--timed-events", &o.timed_events}})
+    for (const auto& w : *list) {
+      bool found = false;
+      for (const auto& p : o.pairs) found = found || p.first == w;
+      if (!found)
+        throw InputError("model " + o.command + ": " + option + " " + w + ": not a measured report of any --pair");
+    }
   return o;
 }
 
@@ -235,6 +243,10 @@ std::vector<Joined> join_pairs(const Options& o) {
       j.run_name = m.run_name;
       j.replay.label = base_name(mpath) + " " + m.case_name + " " + m.run_name;
       j.replay.traces = t.traces;
+      if (std::count(o.timed_events.begin(), o.timed_events.end(), mpath))  // recorded before ordering events
+        for (model::RankTrace& rt : j.replay.traces)
+          for (model::Op& op : rt.ops)
+            if (op.kind == model::OpKind::kEventRecord) op.dims[0] = 0;
       j.replay.terms = t.stage_terms;
       j.replay.measured = m.median_ms;
       j.replay.norm_rope = norm_rope;

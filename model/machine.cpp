@@ -39,6 +39,10 @@ const std::vector<ParamSpec>& parameter_specs() {
        "a stream resumes this long after the event it waits for when that event was recorded behind device work "
        "(a kernel or copy) on another stream; event_hop_us when it was recorded behind a stream wait or write"},
       {"memop_latency_us", "us", 0, 1e4, "a stream write or wait of a 64-bit word (each end of the handshake)"},
+      {"event_record_us", "us", 0, 1e4,
+       "GPU time of a timed event record right after device work on its stream (its timestamp; in a captured "
+       "graph an external event-record node); one behind a wait or a record, and an ordering event (an edge of "
+       "a graph), take none"},
       {"host_launch_us", "us", 0, 1e4, "host time to launch a plain kernel (norm + RoPE, conversion)"},
       {"host_gemm_us", "us", 0, 1e4, "host time of a cuBLASLt matmul call (heuristic cache, descriptors, launch)"},
       {"host_attention_us", "us", 0, 1e4, "host time of a cuDNN SDPA call (graph execute, launch)"},

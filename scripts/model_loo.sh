@@ -29,7 +29,7 @@ m["description"] = ("One node of NVIDIA H200 SXM GPUs joined by NVLink 4 (NV18 b
                     "GEMM rates by shape: docs/measured/2026-12-02-h200-gemm/bench_kernels-gemm-59e55b4.h5) "
                     "and the GPU notes; NCCL's ceilings from public measurements; fixed costs and shares fitted, inside "
                     "their physical ranges, to every stored GPU report (two H200s of 2026-11-29, one H200 of "
-                    "2026-12-01 and 2026-12-02) by scripts/model_loo.sh --write (docs/model.md).")
+                    "2026-12-01, 2026-12-02 and 2026-12-05) by scripts/model_loo.sh --write (docs/model.md).")
 json.dump(m, open(sys.argv[2], "w"), indent=2)
 open(sys.argv[2], "a").write("\n")
 PY

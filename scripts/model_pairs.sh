@@ -57,3 +57,17 @@ add_pair "$MG/graphs-flux-dev-1024-u1.h5" docs/measured/2026-12-02-h200-kern22-s
 add_pair "$MN/flux-1024-u1-89d5171.h5" "$MN/bench_kernels-89d5171.h5" flux-1024-u1-h200
 add_pair "$MN/default-np1-89d5171.h5" "$MN/bench_kernels-89d5171.h5" default-u1-h200
 add_pair "$MH/default-steady-np1-59e55b4.h5" "$M3/bench_kernels-6e0f353.h5" default-u1-h200
+# Code 295c17a (docs/measured/2026-12-05-h200-graphnodes): these decks' norm kind (per-head RMS)
+# ran the same kernel as at 6e0f353 (the flat walk since changed other kinds only).
+M5=docs/measured/2026-12-05-h200-graphnodes
+add_pair "$M5/graphs-floor-u1-295c17a.h5" "$M3/bench_kernels-6e0f353.h5" floor-u1-h200
+add_pair "$M5/graphs-flux-dev-1024-u1-295c17a.h5" "$M3/bench_kernels-6e0f353.h5" flux-1024-u1-h200
+add_pair "$M5/graphs-flux-dev-2048-u1-295c17a.h5" "$M3/bench_kernels-6e0f353.h5" flux-2048-u1-h200
+# Every report above was measured by code that recorded each event as a timed one, a node
+# of its graph (before ordering events, 1433d31): replayed so (--timed-events).
+for ((i = 0; i < ${#PAIRS[@]}; ++i)); do
+  if [[ ${PAIRS[i]} == --pair ]]; then
+    m=${PAIRS[i + 1]%%=*}
+    PAIRS+=(--timed-events "$m")
+  fi
+done

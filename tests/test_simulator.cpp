@@ -338,6 +338,33 @@ TEST(Simulator, AnEventBehindWorkReachesAWaitingStreamLaterThanOneBehindAWait) {
   EXPECT_NEAR(simulate(traces(b), m).ranks[0][w1].end_ms, 1.1, 1e-9);
 }
 
+// A timed event record right after device work holds its stream event_record_us (its
+// timestamp; in a graph an external event-record node: bench_kernels' graph rows); one
+// behind another record, and an ordering one (dims[0] 1: an edge of a graph), hold nothing.
+TEST(Simulator, ATimedRecordRightAfterWorkHoldsItsStream) {
+  Machine m = simple_machine();
+  m.params.at("event_record_us").value = 200;  // 0.2 ms
+  auto b = ranks(1, 1);
+  b[0].kernel_norm(0, 1e9);                   // 0 -> 1 ms
+  const int r1 = b[0].record(0);              // right after the kernel: 1.0 -> 1.2
+  const int r2 = b[0].record(0);              // behind a record: free
+  const int k2 = b[0].kernel_norm(0, 1e9);    // 1.2 -> 2.2
+  const int o = b[0].record(0);
+  b[0].t.ops[static_cast<size_t>(o)].dims[0] = 1;  // an ordering event: free
+  const int k3 = b[0].kernel_norm(0, 1e9);    // 2.2 -> 3.2
+  for (Issue issue : {Issue::kOpByOp, Issue::kGraphReplay}) {
+    Timeline tl = simulate(traces(b), m, issue);
+    EXPECT_NEAR(tl.ranks[0][r1].end_ms, 1.2, 1e-9);
+    EXPECT_NEAR(tl.ranks[0][r2].end_ms, 1.2, 1e-9);
+    EXPECT_NEAR(tl.ranks[0][k2].end_ms, 2.2, 1e-9);
+    EXPECT_NEAR(tl.ranks[0][o].end_ms, 2.2, 1e-9);
+    EXPECT_NEAR(tl.ranks[0][k3].end_ms, 3.2, 1e-9);
+  }
+  // The same ordering record timed (a trace of code from before ordering events): it holds too.
+  b[0].t.ops[static_cast<size_t>(o)].dims[0] = 0;
+  EXPECT_NEAR(simulate(traces(b), m).ranks[0][k3].end_ms, 3.4, 1e-9);
+}
+
 TEST(Simulator, ACollectiveStartsWhenItsLastRankArrivesAndEndsTogether) {
   auto b = ranks(2, 1);
   for (auto& x : b) x.t.groups.push_back({0, 1});
@@ -793,7 +820,8 @@ TEST(Machine, ShippedFixedCostsAreNotBelowTheirMicroBenchmarks) {
                                                   {"kernel_latency_us", 1.9}, {"host_launch_us", 1.0},
                                                   {"host_gemm_us", 1.0},    {"host_attention_us", 1.0},
                                                   {"host_nccl_us", 1.0},    {"host_alloc_us", 41.5},
-                                                  {"host_import_us", 990},  {"host_unmap_us", 30.7}};
+                                                  {"host_import_us", 990},  {"host_unmap_us", 30.7},
+                                                  {"event_record_us", 2.0}};
   for (const char* f : {"h200-nvlink", "h200-nvlink-prior", "h100-sxm", "h200-2node", "h200-4node"}) {
     const Machine m = load_machine(std::string(ULYSSES_SOURCE_DIR) + "/inputs/machines/" + f + ".json");
     for (const auto& [name, lo] : floor_us) {

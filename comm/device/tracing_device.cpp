@@ -262,6 +262,7 @@ void TracingDevice::record_op(Stream& s, model::Op op, bool data_work, std::func
 void TracingDevice::on_event_record(Event& inner_event, Stream& s, int& last_op, uint64_t& generation) {
   model::Op op;
   op.kind = model::OpKind::kEventRecord;
+  op.dims[0] = inner_event.use() == EventUse::kOrdering ? 1 : 0;
   int index = model::kNoOp;
   record_op(s, op, false, [ev = &inner_event](Stream& in) { ev->record(in); }, op_key(&inner_event));
   if (recording_) index = static_cast<int>(trace_.ops.size()) - 1;

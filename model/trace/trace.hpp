@@ -79,7 +79,9 @@ struct Op {
   double bytes = 0;  // copy: bytes moved; kernel: bytes read + written; collective: per peer
   // gemm: M N K (output element size); attention: B S H D; norm_rope: rows heads head_dim
   // and norm_rope_code(norm kind, dtype) (0: not recorded);
-  // copy: width height (place in its batch, 0: first or alone); host_call: its HostCall
+  // copy: width height (place in its batch, 0: first or alone); host_call: its HostCall;
+  // event_record: 1 for an ordering event (EventUse::kOrdering: an edge of a graph, no
+  // node), 0 for a timed one (older traces: every event was timed)
   int64_t dims[4] = {0, 0, 0, 0};
   // Memory: 0 is this rank's own private memory; any other id names a buffer that some
   // rank exported (RankTrace::exported says whose), as this rank reaches it (`via`).

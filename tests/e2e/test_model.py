@@ -222,6 +222,46 @@ def test_a_run_timed_as_a_whole_is_judged_on_its_layer_alone(app, run, tmp_path)
         assert cols[-7:-1] == ["-"] * 6 and cols[-1].endswith("%"), row
 
 
+def test_timed_events_replays_every_record_of_old_code_as_a_node(app, run, tmp_path):
+    """--timed-events MEASURED: a report measured before ordering events (every event a
+    timed one, a node of its graph) is replayed with each traced record timed. The IPC
+    runs, whose joins are ordering events at this code, are modelled longer, by at most one
+    event_record_us per event record of the traced layer; a report not of any pair is one
+    clear error."""
+    deck = tmp_path / "floor.deck.h5"
+    made = subprocess.run([app, "deck", "new", "--name", "floor", "--seq-len", "256", "--heads", "8", "--head-dim",
+                           "64", "--dtype", "bf16", "--ulysses", "2", "--transports", "nccl,ipc,vmm", "--schedules",
+                           "baseline,v-first", "-o", str(deck)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    traces = tmp_path / "floor-model.h5"
+    p = run(2, str(deck), "--mode", "model", "-o", str(traces), "--quiet")
+    assert p.returncode == 6, p.stderr
+    pair = f"{FLOOR}={traces}"
+
+    def modelled(*extra):
+        r = subprocess.run([app, "model", "validate", "--pair", pair, *extra], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        rows = {}
+        for line in r.stdout.splitlines():
+            cols = line.split()
+            if len(cols) > 5 and cols[0] == "floor-np2.h5" and cols[4] == "/":
+                rows[cols[2]] = float(cols[5])
+        return rows
+
+    plain, timed = modelled(), modelled("--timed-events", str(FLOOR))
+    assert plain.keys() == timed.keys() and len(plain) == 6, (plain, timed)
+    record_us = json.loads((MACHINES / "h200-nvlink.json").read_text())["parameters"]["event_record_us"]["value"]
+    with h5py.File(traces, "r") as f:
+        for run_name in plain:
+            records = int((f["cases/floor"][run_name]["traced_layer/op_kind"][()] == 5).sum())
+            grown = timed[run_name] - plain[run_name]
+            assert -1e-9 <= grown <= records * record_us * 1e-3 + 1e-6, (run_name, grown, records)
+    assert all(timed[r] > plain[r] for r in plain if r.startswith(("ipc.", "vmm."))), (plain, timed)
+    bad = subprocess.run([app, "model", "validate", "--pair", pair, "--timed-events", str(tmp_path / "other.h5")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "--timed-events" in bad.stderr and "not a measured report of any --pair" in bad.stderr
+
+
 def test_each_report_is_replayed_with_its_own_codes_norm_rope_rate(app, run, tmp_path):
     """--bench REPORT=BENCH.h5 replays a report with the norm+RoPE profile of the code that
     measured it: the 2026-11-29 kernel (1.57 TB/s) against today's (3.35 TB/s) changes
