@@ -535,21 +535,28 @@ TEST_F(HostDeviceTest, EventsNotCompleteCannotBeTimed) {
   EXPECT_GE(dev_->elapsed_ms(*start, *end), 0.0);
 }
 
+// `e`, recorded on one stream behind a 50 ms task and waited on by another, orders the
+// other's next task after it (`also`: recorded right after `e`, on the same stream).
+void expect_the_wait_orders(Device& dev, Stream& producer, Stream& consumer, Event& e, Event* also = nullptr) {
+  std::atomic<int> produced{0};
+  int observed = -1;
+  host_stream(producer).enqueue([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    produced.store(1);
+  });
+  e.record(producer);
+  if (also) also->record(producer);
+  dev.stream_wait_event(consumer, e);
+  host_stream(consumer).enqueue([&] { observed = produced.load(); });
+  consumer.synchronize();
+  EXPECT_EQ(observed, 1);
+}
+
 TEST_F(HostDeviceTest, StreamWaitEventOrdersWorkAcrossStreams) {
   auto producer = stream();
   auto consumer = stream();
   auto e = dev_->create_event();
-  std::atomic<int> produced{0};
-  int observed = -1;
-  host_stream(*producer).enqueue([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    produced.store(1);
-  });
-  e->record(*producer);
-  dev_->stream_wait_event(*consumer, *e);
-  host_stream(*consumer).enqueue([&] { observed = produced.load(); });
-  consumer->synchronize();
-  EXPECT_EQ(observed, 1);
+  expect_the_wait_orders(*dev_, *producer, *consumer, *e);
 }
 
 TEST_F(HostDeviceTest, AnOrderingEventJoinsStreamsButIsNeverRead) {
@@ -559,18 +566,7 @@ TEST_F(HostDeviceTest, AnOrderingEventJoinsStreamsButIsNeverRead) {
   auto timed = dev_->create_event();
   EXPECT_EQ(e->use(), EventUse::kOrdering);
   EXPECT_EQ(timed->use(), EventUse::kTimed);
-  std::atomic<int> produced{0};
-  int observed = -1;
-  host_stream(*producer).enqueue([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    produced.store(1);
-  });
-  e->record(*producer);
-  timed->record(*producer);
-  dev_->stream_wait_event(*consumer, *e);
-  host_stream(*consumer).enqueue([&] { observed = produced.load(); });
-  consumer->synchronize();
-  EXPECT_EQ(observed, 1);
+  expect_the_wait_orders(*dev_, *producer, *consumer, *e, timed.get());
   // Never timed, queried or synchronized: each is a named error, on every device.
   const std::string named = "an ordering event (EventUse::kOrdering) only joins streams";
   auto expect_refused = [&](const std::function<void()>& read, const char* what) {

@@ -115,15 +115,23 @@ def test_the_machine_changes_the_model_and_a_bad_one_is_one_clear_error(run, tmp
         assert not (tmp_path / "x.h5").exists()
 
 
-def test_model_tools_replay_and_fit_against_a_stored_gpu_report(app, run, tmp_path):
+def floor_traces(app, run, tmp_path, *extra):
+    """--mode model traces at 2 ranks of FLOOR's cases (the latency floor at Ulysses2 over
+    nccl, ipc and vmm, baseline and v-first), with these run options."""
     deck = tmp_path / "floor.deck.h5"
-    made = subprocess.run([app, "deck", "new", "--name", "floor", "--seq-len", "256", "--heads", "8", "--head-dim",
-                           "64", "--dtype", "bf16", "--ulysses", "2", "--transports", "nccl,ipc,vmm", "--schedules",
-                           "baseline,v-first", "-o", str(deck)], capture_output=True, text=True)
-    assert made.returncode == 0, made.stderr
-    traces = tmp_path / "floor-model.h5"
-    p = run(2, str(deck), "--mode", "model", "-o", str(traces), "--quiet")
+    if not deck.exists():
+        made = subprocess.run([app, "deck", "new", "--name", "floor", "--seq-len", "256", "--heads", "8", "--head-dim",
+                               "64", "--dtype", "bf16", "--ulysses", "2", "--transports", "nccl,ipc,vmm",
+                               "--schedules", "baseline,v-first", "-o", str(deck)], capture_output=True, text=True)
+        assert made.returncode == 0, made.stderr
+    traces = tmp_path / ("floor-model" + "".join(extra).replace("-", "") + ".h5")
+    p = run(2, str(deck), "--mode", "model", "-o", str(traces), "--quiet", *extra)
     assert p.returncode == 6, p.stderr
+    return traces
+
+
+def test_model_tools_replay_and_fit_against_a_stored_gpu_report(app, run, tmp_path):
+    traces = floor_traces(app, run, tmp_path)
     pair = f"{FLOOR}={traces}"
     v = subprocess.run([app, "model", "validate", "--pair", pair], capture_output=True, text=True)
     assert v.returncode == 0, v.stderr
@@ -176,16 +184,7 @@ def test_a_run_timed_as_a_whole_is_judged_on_its_layer_alone(app, run, tmp_path)
     """A measured report of --stage-timing off (its stages NaN) beside a trace of the same
     lean layers: model validate compares its layers, shows its stages as '-', and counts
     its runs in the layer aim only; the stage and scatter counts are of the staged runs."""
-    deck = tmp_path / "floor.deck.h5"
-    made = subprocess.run([app, "deck", "new", "--name", "floor", "--seq-len", "256", "--heads", "8", "--head-dim",
-                           "64", "--dtype", "bf16", "--ulysses", "2", "--transports", "nccl,ipc,vmm", "--schedules",
-                           "baseline,v-first", "-o", str(deck)], capture_output=True, text=True)
-    assert made.returncode == 0, made.stderr
-    traces = {}
-    for timing in ("on", "off"):
-        traces[timing] = tmp_path / f"floor-model-{timing}.h5"
-        p = run(2, str(deck), "--mode", "model", "--stage-timing", timing, "-o", str(traces[timing]), "--quiet")
-        assert p.returncode == 6, p.stderr
+    traces = {timing: floor_traces(app, run, tmp_path, "--stage-timing", timing) for timing in ("on", "off")}
     # The stored GPU report as if its stages had not been timed.
     lean = tmp_path / "floor-lean.h5"
     shutil.copy(FLOOR, lean)
@@ -228,14 +227,7 @@ def test_timed_events_replays_every_record_of_old_code_as_a_node(app, run, tmp_p
     runs, whose joins are ordering events at this code, are modelled longer, by at most one
     event_record_us per event record of the traced layer; a report not of any pair is one
     clear error."""
-    deck = tmp_path / "floor.deck.h5"
-    made = subprocess.run([app, "deck", "new", "--name", "floor", "--seq-len", "256", "--heads", "8", "--head-dim",
-                           "64", "--dtype", "bf16", "--ulysses", "2", "--transports", "nccl,ipc,vmm", "--schedules",
-                           "baseline,v-first", "-o", str(deck)], capture_output=True, text=True)
-    assert made.returncode == 0, made.stderr
-    traces = tmp_path / "floor-model.h5"
-    p = run(2, str(deck), "--mode", "model", "-o", str(traces), "--quiet")
-    assert p.returncode == 6, p.stderr
+    traces = floor_traces(app, run, tmp_path)
     pair = f"{FLOOR}={traces}"
 
     def modelled(*extra):
