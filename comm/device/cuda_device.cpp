@@ -226,9 +226,11 @@ CudaStream& cuda_stream(Stream& s) {
 
 bool device_capturing(const CudaDevice* dev);
 
-// Recorded inside a graph capture, an event is two: the plain record orders the capture's
-// streams (stream_wait_event within the capture), and an event-record node (external)
-// records `in_graph_` at every launch, which timing, queries and later waits read.
+// Recorded inside a graph capture, a timed event is two: the plain record orders the
+// capture's streams (stream_wait_event within the capture), and an event-record node
+// (external) records `graph_event_` at every launch, which timing, queries and later waits
+// read. An ordering event (EventUse::kOrdering) is the plain record alone: an edge of the
+// graph, no node (each node costs ~2.2 us of GPU time on an H200), and nothing to read.
 class CudaEvent : public Event {
  public:
   CudaEvent(CudaDevice* dev, cudaEvent_t e, EventUse use) : Event(use), dev_(dev), event_(e) {}
