@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import REPO, mpi_env, shm_entries
+from conftest import REPO, mpi_env, orphan_segments
 
 DEFAULT = str(REPO / "inputs" / "default.h5")
 MACHINES = REPO / "inputs" / "machines"
@@ -53,7 +53,7 @@ def test_simulation_reports_carry_modelled_stages_beside_cpu_times(run, tmp_path
 
 @pytest.mark.parametrize("np_", [2, 4])
 def test_model_mode_models_full_shapes_and_never_claims_parity(run, tmp_path, np_):
-    before = shm_entries()
+    before = orphan_segments()
     deck = str(REPO / "inputs" / "flux-dev-2048.h5")
     report = tmp_path / "m.h5"
     p = run(np_, deck, "--mode", "model", "-o", str(report))
@@ -71,7 +71,7 @@ def test_model_mode_models_full_shapes_and_never_claims_parity(run, tmp_path, np
                 np.testing.assert_allclose(st[0, 0], g["traced_layer/modeled_stage_ms"][()])
                 # FLUX 2048's attention share on a modelled H200: a few ms, not a CPU's minutes.
                 assert 0.3 < st[0, 0, :, 3].max() < 20, st[0, 0, :, 3]
-    assert shm_entries() <= before
+    assert orphan_segments() <= before
 
 
 def test_model_mode_runs_a_large_deck_on_eight_ranks_within_a_minute(run, tmp_path):

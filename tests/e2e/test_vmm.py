@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import run_attrs as runs_of, shm_entries
+from conftest import run_attrs as runs_of, orphan_segments
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def vmm_deck(app, tmp_path):
 
 @pytest.mark.parametrize("np_", [2, 4])
 def test_vmm_passes_parity_with_one_grouped_handshake(run, tmp_path, vmm_deck, np_):
-    before = shm_entries()
+    before = orphan_segments()
     report = tmp_path / "r.h5"
     p = run(np_, vmm_deck, "-o", str(report))
     assert p.returncode == 0, p.stderr + p.stdout
@@ -40,7 +40,7 @@ def test_vmm_passes_parity_with_one_grouped_handshake(run, tmp_path, vmm_deck, n
             # every layer hits but the first: timed, warmup (1) and the traced one
             assert a["cache_hits"] == 3 * (a["iterations"] * a["repeats"] + 1 + 1) - 3
     assert seen == {"nccl", "ipc", "vmm"}
-    assert shm_entries() <= before, "shared memory left behind"
+    assert orphan_segments() <= before, "shared memory left behind"
 
 
 def test_vmm_falls_back_to_nccl_and_says_why(run, tmp_path, vmm_deck):
