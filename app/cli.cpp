@@ -57,6 +57,13 @@ CLI::Validator one_of(std::vector<std::string> allowed) {
       "");
 }
 
+CLI::Option* add_on_off(CLI::App& app, const std::string& name, bool& flag, const std::string& help) {
+  return app.add_option_function<std::string>(name, [&flag](const std::string& v) { flag = v == "on"; }, help)
+      ->type_name("on|off")
+      ->check(one_of({"on", "off"}))
+      ->default_str(flag ? "on" : "off");
+}
+
 CLI::Validator number_in(double lo_exclusive, double hi) {
   return CLI::Validator(
       [lo_exclusive, hi](std::string& v) -> std::string {

@@ -18,6 +18,10 @@ CLI::Validator number_in(double lo_exclusive, double hi);
 // A number that is an integer in [lo, hi]: "must be an integer in lo..hi".
 CLI::Validator integer_in(long long lo, long long hi);
 
+// An option NAME on|off that sets `flag` (which must outlive the parse; its value now is
+// the default shown). No string of its own is bound, so nothing dangles after declaring.
+CLI::Option* add_on_off(CLI::App& app, const std::string& name, bool& flag, const std::string& help);
+
 // Parses `args` (the words after the program name, in order) with `app`. Returns the
 // text to print before exiting 0 when help or the version was asked for (the help of
 // the (sub)command it was asked of; `help_all` for --help-all), "" to go on. Throws

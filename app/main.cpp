@@ -116,23 +116,14 @@ void declare_run_options(CLI::App& app, uipc::RunOptions& o) {
       ->type_name("N")
       ->check(integer_in(1, 4096))
       ->capture_default_str();
-  std::string graphs = o.graphs ? "on" : "off";
-  app.add_option("--graphs", graphs,
-                 "capture each run's layer once as a graph (CUDA graphs; the op list in simulation mode) and replay "
-                 "it every layer, where the transports allow; off: every layer op by op (the ablation no-graphs "
-                 "shows both in one report)")
-      ->type_name("on|off")
-      ->check(one_of({"on", "off"}))
-      ->each([&o](const std::string& v) { o.graphs = v == "on"; })
-      ->capture_default_str();
-  std::string stage_timing = o.stage_timing ? "on" : "off";
-  app.add_option("--stage-timing", stage_timing,
-                 "time each stage of the layer with an event at its end; off: the layer alone (its stages are NaN "
-                 "in the report): in a captured graph each event is a node of ~2 us, half a near-empty layer")
-      ->type_name("on|off")
-      ->check(one_of({"on", "off"}))
-      ->each([&o](const std::string& v) { o.stage_timing = v == "on"; })
-      ->capture_default_str();
+  uipc::cli::add_on_off(app, "--graphs", o.graphs,
+                        "capture each run's layer once as a graph (CUDA graphs; the op list in simulation mode) and "
+                        "replay it every layer, where the transports allow; off: every layer op by op (the ablation "
+                        "no-graphs shows both in one report)");
+  uipc::cli::add_on_off(app, "--stage-timing", o.stage_timing,
+                        "time each stage of the layer with an event at its end; off: the layer alone (its stages are "
+                        "NaN in the report): in a captured graph each event is a node of ~2 us, half a near-empty "
+                        "layer");
   std::vector<std::string> ablations = {"none"};
   for (const auto& a : uipc::known_ablations()) ablations.push_back(a);
   app.add_option("--ablations", o.ablations,
