@@ -65,9 +65,8 @@ add_pair "$M5/graphs-flux-dev-1024-u1-295c17a.h5" "$M3/bench_kernels-6e0f353.h5"
 add_pair "$M5/graphs-flux-dev-2048-u1-295c17a.h5" "$M3/bench_kernels-6e0f353.h5" flux-2048-u1-h200
 # Every report above was measured by code that recorded each event as a timed one, a node
 # of its graph (before ordering events, 1433d31): replayed so (--timed-events).
-for ((i = 0; i < ${#PAIRS[@]}; ++i)); do
-  if [[ ${PAIRS[i]} == --pair ]]; then
-    m=${PAIRS[i + 1]%%=*}
-    PAIRS+=(--timed-events "$m")
-  fi
+TIMED=()
+for ((i = 0; i + 1 < ${#PAIRS[@]}; ++i)); do
+  if [[ ${PAIRS[i]} == --pair ]]; then TIMED+=(--timed-events "${PAIRS[i + 1]%%=*}"); fi
 done
+PAIRS+=("${TIMED[@]}")

@@ -257,7 +257,7 @@ class CudaEvent : public Event {
   // The event that holds the last record's time: the graph's node when it was captured.
   cudaEvent_t get() const {
     require_timed(*this, "the time of an event");
-    return recorded_in_graph_ ? graph_event_ : event_;
+    return last_record();
   }
   // What a stream waits on: inside a capture, the capture's own record.
   cudaEvent_t for_wait(bool capturing) const {
@@ -265,10 +265,13 @@ class CudaEvent : public Event {
     UIPC_CHECK(!(recorded_in_graph_ && use() == EventUse::kOrdering),
                "a stream waits, outside a graph, on an ordering event last recorded inside one (its record there is "
                "only an edge of the graph)");
-    return recorded_in_graph_ ? graph_event_ : event_;
+    return last_record();
   }
 
  private:
+  // The CUDA event of the last record: the graph's node when it was captured.
+  cudaEvent_t last_record() const { return recorded_in_graph_ ? graph_event_ : event_; }
+
   CudaDevice* dev_;
   cudaEvent_t event_;
   cudaEvent_t graph_event_ = nullptr;

@@ -216,19 +216,19 @@ void LayerPipeline::enqueue_layer() {
   for (size_t i = 0; i < schedule_.steps.size(); ++i) {
     set_activity(is_submit(schedule_.steps[i]) ? "submitting the scatter" : "enqueueing the projection and norms");
     run_step(schedule_.steps[i], i == last);
-    if (opts_.stage_timing) ev_steps_[i]->record(compute_);
+    mark_stage(*ev_steps_[i]);
   }
   // Consumption: only now does the compute stream wait for the scatter.
   ex_q_->wait(compute_);
   ex_k_->wait(compute_);
   ex_v_->wait(compute_);
-  if (opts_.stage_timing) ev_waited_->record(compute_);
+  mark_stage(*ev_waited_);
 
   set_activity("enqueueing attention");
   DeviceBuffer& attn = attn_out();
   kernels_.attention(compute_, ex_q_->data(), ex_k_->data(), ex_v_->data(), attn.get(), l_.batch, l_.seq,
                      l_.heads_local, l_.head_dim, t, 1.0f / std::sqrt(static_cast<float>(l_.head_dim)));
-  if (opts_.stage_timing) ev_attn_->record(compute_);
+  mark_stage(*ev_attn_);
   scatter_.release(compute_);  // attention has read the scatter targets
 
   Submission g;
@@ -240,7 +240,7 @@ void LayerPipeline::enqueue_layer() {
   set_activity("submitting the gather");
   ex_o_ = gather_.submit(g, compute_);
   ex_o_->wait(compute_);
-  if (opts_.stage_timing) ev_gather_->record(compute_);
+  mark_stage(*ev_gather_);
 
   set_activity("enqueueing the output projection");
   kernels_.gemm(compute_, ex_o_->data(), Ct, data_.w_o.get(), C, out_f32_.get(), C, M, C, Ct, t, DType::kFP32);

@@ -59,6 +59,10 @@ class LayerPipeline {
   void poison_output();
 
  private:
+  // Records a stage's end event: only with stage timing (PipelineOptions::stage_timing).
+  void mark_stage(Event& e) {
+    if (opts_.stage_timing) e.record(compute_);
+  }
   // A block of weight columns whose output is this rank's own slice of a tensor: it goes
   // straight to the tensor's final-layout target.
   struct OwnBlock {
