@@ -103,8 +103,8 @@ struct HierShape {
 class HierTransport : public Transport {
  public:
   HierTransport(Device& dev, MPI_Comm group, const NodeLayout& nodes, const CollectivesFactory& make_coll,
-                int capacity, int chunks, const VMajorOptions& vmajor)
-      : dev_(dev), chunks_(std::max(1, chunks)), vmajor_(vmajor) {
+                const TransportOptions& opts, int chunks, const VMajorOptions& vmajor)
+      : dev_(dev), chunks_(std::max(1, chunks)), vmajor_(vmajor), time_v_copy_(opts.time_v_copy) {
     int g = 0;
     UIPC_MPI_CHECK(MPI_Comm_rank(group, &g));
     UIPC_MPI_CHECK(MPI_Comm_size(group, &P_));
@@ -124,12 +124,16 @@ class HierTransport : public Transport {
     path_ = make_mapping_path(MappingKind::kIpcHandle, dev_, node_comm_);
     group_comm_ = dup_comm(group);
     // Misses are agreed over the whole group: every rank's inter-node messages depend on them.
-    cache_ = std::make_unique<TargetCache>(dev_, node_comm_, *path_, capacity, stats_, group_comm_.get());
+    cache_ = std::make_unique<TargetCache>(dev_, node_comm_, *path_, opts.cache_capacity, stats_, group_comm_.get());
     handshake_ = std::make_unique<EpochHandshake>(dev_, node_comm_, *path_, /*extra_words=*/1);
     copy_ = dev_.create_stream(StreamPriority::kHigh);
     self_ = dev_.create_stream(StreamPriority::kHigh);
     inter_ = dev_.create_stream(StreamPriority::kHigh);
-    for (auto* e : {&ready_evt_, &self_done_, &released_, &intra_done_, &copy_idle_}) *e = dev_.create_event();
+    // Joins of the streams within one layer: edges of a captured layer, no nodes
+    // (EventUse). released_ and copy_idle_ are waited on in the next layer (and released_
+    // synchronized before an eviction): plain events.
+    for (auto* e : {&ready_evt_, &self_done_, &intra_done_}) *e = dev_.create_event(EventUse::kOrdering);
+    for (auto* e : {&released_, &copy_idle_}) *e = dev_.create_event();
   }
 
   ~HierTransport() override {
@@ -210,15 +214,20 @@ class HierTransport : public Transport {
   }
   Stream& stream_to(int j) { return j == l_ ? *self_ : *copy_; }
 
+  // Only V's copies are timed (the overlap the report gives), and only with stage timing
+  // (TransportOptions::time_v_copy): as in `ipc`, no event records for the other tensors.
+  bool timed(Tag tag) const { return tag == Tag::kV && time_v_copy_; }
   void interval_start(Tag tag) {
+    if (!timed(tag)) return;
     auto& iv = intervals_[tag];
     if (!iv.first) iv = {dev_.create_event(), dev_.create_event()};
     iv.first->record(*copy_);
   }
+  // The own slices' stream joins the copy stream (always), then V's interval ends.
   void interval_end(Tag tag) {
     self_done_->record(*self_);
     dev_.stream_wait_event(*copy_, *self_done_);
-    intervals_[tag].second->record(*copy_);
+    if (timed(tag)) intervals_[tag].second->record(*copy_);
   }
 
   SharedTarget& target_of(const Submission& sub) {
@@ -327,7 +336,7 @@ class HierTransport : public Transport {
       inter_opened_ = true;
     }
     const size_t nchunks = static_cast<size_t>(h.B) * static_cast<size_t>(K);
-    while (chunk_evt_.size() < nchunks) chunk_evt_.push_back(dev_.create_event());
+    while (chunk_evt_.size() < nchunks) chunk_evt_.push_back(dev_.create_event(EventUse::kOrdering));
     // My own node's heads go straight, on the copy streams, while the first chunks fly.
     dev_.stream_wait_event(*copy_, *ready_evt_);
     dev_.stream_wait_event(*self_, *ready_evt_);
@@ -556,6 +565,7 @@ class HierTransport : public Transport {
   Device& dev_;
   int chunks_;
   VMajorOptions vmajor_;
+  bool time_v_copy_;  // V's copies timed (TransportOptions::time_v_copy)
   bool selective_ = false;
   std::map<std::string, VState> vstate_;  // by target key
   int P_ = 1, N_ = 1, L_ = 1, n_ = 0, l_ = 0;
@@ -603,9 +613,9 @@ std::string hier_ineligible_reason(Device& dev, MPI_Comm group, const NodeLayout
 }
 
 std::unique_ptr<Transport> make_hier_transport(Device& dev, MPI_Comm group, const NodeLayout& group_nodes,
-                                               const CollectivesFactory& make_collectives, int cache_capacity,
+                                               const CollectivesFactory& make_collectives, const TransportOptions& opts,
                                                int chunks, const VMajorOptions& vmajor) {
-  return std::make_unique<HierTransport>(dev, group, group_nodes, make_collectives, cache_capacity, chunks, vmajor);
+  return std::make_unique<HierTransport>(dev, group, group_nodes, make_collectives, opts, chunks, vmajor);
 }
 
 }  // namespace uipc

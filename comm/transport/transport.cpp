@@ -128,7 +128,7 @@ Attempt open_hier(const std::string& name, const TransportSetup& s) {
     vm.threshold = s.vmajor_threshold;
     vm.row_change = s.row_change;
     UIPC_CHECK(!vm.enabled || vm.row_change, "hier-vmajor needs the row_change kernel in its TransportSetup");
-    return {make_hier_transport(s.dev, s.group, s.group_nodes, s.make_collectives, s.options.cache_capacity,
+    return {make_hier_transport(s.dev, s.group, s.group_nodes, s.make_collectives, s.options,
                                 s.hier_chunks, vm),
             name, "", ""};
   }

@@ -187,9 +187,11 @@ struct VMajorOptions {
 // nodes need, an inter-node phase over collectives between ranks of the same local
 // index (made by `make_collectives`: one message per remote node) puts it straight into
 // the final layout, pipelined in `chunks` token ranges per batch. Its name() is "hier".
-// With vmajor.enabled its name() is "hier-vmajor".
+// With vmajor.enabled its name() is "hier-vmajor". Of `opts` it takes the cache's
+// capacity and whether V's copies are timed (the ablations of the copy stream and the
+// cache are ipc's and vmm's).
 std::unique_ptr<Transport> make_hier_transport(Device& dev, MPI_Comm group, const NodeLayout& group_nodes,
-                                               const CollectivesFactory& make_collectives, int cache_capacity,
+                                               const CollectivesFactory& make_collectives, const TransportOptions& opts,
                                                int chunks, const VMajorOptions& vmajor = {});
 // Why the hierarchical transport cannot serve `group` ("" = it can): one node (where
 // `ipc` serves), nodes that are not equal consecutive blocks, or the IPC checks inside a
@@ -210,7 +212,7 @@ struct TransportSetup {
   const NodeLayout& group_nodes;      // the group's ranks' nodes (NodeLayout::of)
   Collectives& coll;                  // over the group (the nccl transport's data path)
   CollectivesFactory make_collectives;  // for the sub-groups a transport forms (hier)
-  TransportOptions options;           // IPC target cache and copy stream (ipc, vmm; hier's cache size)
+  TransportOptions options;           // IPC target cache and copy stream (ipc, vmm; hier: cache size, V's timing)
   int hier_chunks = 4;                // token chunks per batch of hier's pipeline
   Collectives* ce_coll = nullptr;     // nccl-ce's zero-CTA communicator (nullptr: none could be made ...)
   std::string ce_unavailable = "no copy-engine communicator was made";  // (... and why)
