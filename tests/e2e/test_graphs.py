@@ -106,48 +106,60 @@ def _traced(g):
 EVENT_RECORD = 5  # model/trace/trace.hpp OpKind::kEventRecord
 
 
-def test_stage_timing_off_times_the_layer_alone(app, run, tmp_path):
-    """--stage-timing off: each layer records only its start and end events (none between
-    stages, none around V's copy), the graphs still replay every layer after the capture,
-    the outputs are the staged runs' own, and the report says so: stages NaN, the layer
-    kept, V's copy not measured. Against the same deck with stage timing on: the lean
-    layer issues the same work in the same order on the same streams, less event records
-    only (at least four on the compute stream: a step's and the three after the scatter;
-    exactly V's two on the copy stream), and its stage terms are the layer's end minus its
-    start."""
-    deck = tmp_path / "lean.h5"
-    make_deck(app, deck, seq_len=128, heads=8, head_dim=32, ulysses=0, transports="ipc,vmm",
-              schedules="baseline,v-first", ablations="no-graphs", warmup=2, iterations=4)
+def run_staged_and_lean(run, np_, deck, tmp_path, *args):
+    """The deck run with --stage-timing on and off (the same other arguments): the two
+    reports, and each one's runs by name."""
     reports = {t: tmp_path / f"{t}.h5" for t in ("on", "off")}
     for timing, report in reports.items():
-        p = run(2, str(deck), "--gather", "ipc", "--stage-timing", timing, "-o", str(report), timeout=600)
+        p = run(np_, str(deck), *args, "--stage-timing", timing, "-o", str(report), timeout=600)
         assert p.returncode == 0, p.stderr + p.stdout
     on = {name: a for _, name, a in runs_of(reports["on"])}
     off = {name: a for _, name, a in runs_of(reports["off"])}
-    assert on.keys() == off.keys() and len(off) == 8, off.keys()
+    assert on.keys() == off.keys(), (on.keys(), off.keys())
+    return reports, on, off
+
+
+def check_lean_against_staged(g, gon, a, aon, name):
+    """A run timed as a whole (report group g, attributes a) against the same run staged
+    (gon, aon): the report says so (stages NaN, the layer kept, V's copy not measured), the
+    outputs are the same, and its traced layer issues the same work in the same order on
+    the same streams, less event records only: at least four on the compute stream (a
+    step's and the three after the scatter), exactly V's two on the streams beside it; its
+    stage terms are the layer's end less its start."""
+    assert a["stage_timing"] == "off" and aon["stage_timing"] == "on", name
+    assert a["parity_pass"] == 1 and a["output_digest"] == aon["output_digest"], name
+    st = g["stage_ms"][()]
+    assert np.isnan(st[..., :6]).all(), (name, st)
+    assert np.isfinite(st[..., 6]).all() and (st[..., 6] > 0).all(), (name, st)
+    assert np.isfinite(gon["stage_ms"][()]).all(), name
+    assert np.isnan(a["median_ms"][:6]).all() and a["median_ms"][6] > 0, (name, a["median_ms"])
+    assert "v_copy_ms" not in g and "v_copy_ms" in gon and (gon["v_copy_ms"][()] >= 0).all(), name
+    ops, terms = _traced(g)
+    ops_on, _ = _traced(gon)
+    assert [o for o in ops if o[0] != EVENT_RECORD] == [o for o in ops_on if o[0] != EVENT_RECORD], name
+    compute = ops_on[0][1]  # the layer's start, on the compute stream
+    def records(o, on_compute):
+        return sum(1 for k, s in o if k == EVENT_RECORD and (s == compute) == on_compute)
+    assert records(ops_on, True) - records(ops, True) >= 4, (name, ops, ops_on)
+    assert records(ops_on, False) - records(ops, False) == 2, (name, ops, ops_on)
+    assert sorted(float(c) for s, _, c in terms) == [-1.0, 1.0] and set(terms[:, 0]) == {6}, (name, terms)
+    assert [ops[int(op)][0] for _, op, _ in terms] == [EVENT_RECORD] * 2, (name, terms)
+
+
+def test_stage_timing_off_times_the_layer_alone(app, run, tmp_path):
+    """--stage-timing off: each layer records only its start and end events (none between
+    stages, none around V's copy), the graphs still replay every layer after the capture,
+    and the layer is the staged one less its event records (check_lean_against_staged)."""
+    deck = tmp_path / "lean.h5"
+    make_deck(app, deck, seq_len=128, heads=8, head_dim=32, ulysses=0, transports="ipc,vmm",
+              schedules="baseline,v-first", ablations="no-graphs", warmup=2, iterations=4)
+    reports, on, off = run_staged_and_lean(run, 2, deck, tmp_path, "--gather", "ipc")
+    assert len(off) == 8, off.keys()
     with h5py.File(reports["on"], "r") as fon, h5py.File(reports["off"], "r") as foff:
         for name, a in off.items():
-            assert a["stage_timing"] == "off" and on[name]["stage_timing"] == "on", name
-            assert a["parity_pass"] == 1 and a["output_digest"] == on[name]["output_digest"], name
             if not name.endswith("+no-graphs"):  # layer 3 captured, the rest replayed
                 assert a["graphs"] == "on" and a["graph_replays"] == 2 + 4 - 3, (name, a["graph_last_divergence"])
-            g, gon = foff["cases/t"][name], fon["cases/t"][name]
-            st = g["stage_ms"][()]
-            assert np.isnan(st[..., :6]).all(), (name, st)
-            assert np.isfinite(st[..., 6]).all() and (st[..., 6] > 0).all(), (name, st)
-            assert np.isfinite(gon["stage_ms"][()]).all(), name
-            assert np.isnan(a["median_ms"][:6]).all() and a["median_ms"][6] > 0, (name, a["median_ms"])
-            assert "v_copy_ms" not in g and "v_copy_ms" in gon, name
-            ops, terms = _traced(g)
-            ops_on, _ = _traced(gon)
-            assert [o for o in ops if o[0] != EVENT_RECORD] == [o for o in ops_on if o[0] != EVENT_RECORD], name
-            compute = ops_on[0][1]  # the layer's start, on the compute stream
-            def records(o, on_compute):
-                return sum(1 for k, s in o if k == EVENT_RECORD and (s == compute) == on_compute)
-            assert records(ops_on, True) - records(ops, True) >= 4, (name, ops, ops_on)
-            assert records(ops_on, False) - records(ops, False) == 2, (name, ops, ops_on)
-            assert sorted(float(c) for s, _, c in terms) == [-1.0, 1.0] and set(terms[:, 0]) == {6}, (name, terms)
-            assert [ops[int(op)][0] for _, op, _ in terms] == [EVENT_RECORD] * 2, (name, terms)
+            check_lean_against_staged(foff["cases/t"][name], fon["cases/t"][name], a, on[name], name)
 
 
 def test_a_bad_stage_timing_value_is_an_input_error(run, tmp_path, graph_deck):

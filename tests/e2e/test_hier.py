@@ -15,7 +15,7 @@ import pytest
 from conftest import run_attrs as runs_of, orphan_segments
 from test_app import _long_deck, make_deck
 from test_faults import Run, rank_pids
-from test_graphs import EVENT_RECORD, _traced
+from test_graphs import check_lean_against_staged, run_staged_and_lean
 
 
 def hier_deck(app, path, ulysses, batch=2, seq_len=96):
@@ -79,40 +79,21 @@ def test_tp_inside_a_node_with_ulysses_across_nodes(app, run, tmp_path):
 
 @pytest.mark.parametrize("gather", ["auto", "ipc"])
 def test_hier_with_stage_timing_off_times_the_layer_alone(app, run, tmp_path, gather):
-    """--stage-timing off reaches hier as it reaches ipc: no event records around V's copies
-    (and, staged, none around Q's, K's or the gather's: V's interval is the only one the
-    report reads). Against the same deck staged: the same work on the same streams, less
-    event records only: exactly V's two on the streams beside the compute stream; the
-    outputs identical, the stages NaN, V's copy not measured."""
+    """--stage-timing off reaches hier as it reaches ipc: no event records around V's copies,
+    and, staged, none around Q's, K's or the gather's (V's interval is the only one the
+    report reads): the lean layer is the staged one less exactly V's two records beside the
+    compute stream (check_lean_against_staged)."""
     deck = tmp_path / "h.h5"
     make_deck(app, deck, batch=2, seq_len=64, heads=8, head_dim=16, dtype="bf16", ulysses=4,
               transports="hier", schedules="baseline,v-first", warmup=1, iterations=2)
-    reports = {t: tmp_path / f"{t}.h5" for t in ("on", "off")}
-    for timing, report in reports.items():
-        p = run(4, str(deck), "-o", str(report), "--ranks-per-node", "2", "--gather", gather, "--hier-chunks", "2",
-                "--stage-timing", timing)
-        assert p.returncode == 0, p.stderr + p.stdout
-    on = {name: a for _, name, a in runs_of(reports["on"])}
-    off = {name: a for _, name, a in runs_of(reports["off"])}
-    assert on.keys() == off.keys() and len(off) == 2, off.keys()
+    reports, on, off = run_staged_and_lean(run, 4, deck, tmp_path, "--ranks-per-node", "2", "--gather", gather,
+                                           "--hier-chunks", "2")
+    assert len(off) == 2, off.keys()
     with h5py.File(reports["on"], "r") as fon, h5py.File(reports["off"], "r") as foff:
         for name, a in off.items():
             assert a["transport_used"] == "hier" and on[name]["transport_used"] == "hier", (name, a)
             assert a["gather_transport"] == ("hier" if gather == "ipc" else "nccl"), a
-            assert a["parity_pass"] == 1 and a["output_digest"] == on[name]["output_digest"], name
-            g, gon = foff["cases/t"][name], fon["cases/t"][name]
-            st = g["stage_ms"][()]
-            assert np.isnan(st[..., :6]).all() and (st[..., 6] > 0).all(), (name, st)
-            assert "v_copy_ms" not in g and "v_copy_ms" in gon, name
-            assert (gon["v_copy_ms"][()] >= 0).all(), name
-            ops, _ = _traced(g)
-            ops_on, _ = _traced(gon)
-            assert [o for o in ops if o[0] != EVENT_RECORD] == [o for o in ops_on if o[0] != EVENT_RECORD], name
-            compute = ops_on[0][1]
-            def records(o, on_compute):
-                return sum(1 for k, s in o if k == EVENT_RECORD and (s == compute) == on_compute)
-            assert records(ops_on, False) - records(ops, False) == 2, (name, ops, ops_on)
-            assert records(ops_on, True) - records(ops, True) >= 4, (name, ops, ops_on)
+            check_lean_against_staged(foff["cases/t"][name], fon["cases/t"][name], a, on[name], name)
 
 
 def vmajor_deck(app, path, **over):
