@@ -166,6 +166,12 @@ Options parse(int argc, char** argv, std::string* text) {
     }
     o.ablation[key] = eq == std::string::npos ? v : v.substr(eq + 1);
   }
+  // A report named by `option` must be the measured one of some --pair.
+  auto require_measured = [&](const char* option, const std::string& mpath) {
+    for (const auto& p : o.pairs)
+      if (p.first == mpath) return;
+    throw InputError("model " + o.command + ": " + option + " " + mpath + ": not a measured report of any --pair");
+  };
   // --bench and --group: MEASURED=VALUE, MEASURED one of the pairs' measured reports.
   auto per_report = [&](const std::vector<std::string>& args, const char* option, const char* value,
                         std::map<std::string, std::string>& into) {
@@ -174,23 +180,14 @@ Options parse(int argc, char** argv, std::string* text) {
       if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
         throw InputError("model " + o.command + ": " + option + " '" + v + "' is not MEASURED=" + value);
       const std::string mpath = v.substr(0, eq);
-      bool found = false;
-      for (const auto& p : o.pairs) found = found || p.first == mpath;
-      if (!found)
-        throw InputError("model " + o.command + ": " + option + " " + mpath + ": not a measured report of any --pair");
+      require_measured(option, mpath);
       into[mpath] = v.substr(eq + 1);
     }
   };
   per_report(o.bench_args, "--bench", "BENCH.h5", o.bench);
   per_report(o.group_args, "--group", "NAME", o.group);
-  for (const auto& [option, list] : {std::pair<const char*, const std::vector<std::string>*>{"--without", &o.without},
-                                     {"--timed-events", &o.timed_events}})
-    for (const auto& w : *list) {
-      bool found = false;
-      for (const auto& p : o.pairs) found = found || p.first == w;
-      if (!found)
-        throw InputError("model " + o.command + ": " + option + " " + w + ": not a measured report of any --pair");
-    }
+  for (const auto& w : o.without) require_measured("--without", w);
+  for (const auto& w : o.timed_events) require_measured("--timed-events", w);
   return o;
 }
 
