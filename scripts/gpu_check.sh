@@ -205,16 +205,17 @@ host_speed() {  # host_speed NAME: $LOG/host-speed-NAME.h5
   run_step "host speed beside $1 (bench_kernels latency)" "$APP_LOG" 120 "$T/bench_kernels" --sections latency \
     -o "$LOG/host-speed-$1.h5"
 }
+# The one-GPU decks of both sections (scripts/gpu_decks.sh: scripts/model_gpu_check.sh models
+# the same ones on a described machine).
+DECKS=$LOG/decks
+if [ $app_built -eq 1 ] && { want ablations || want graphs; }; then
+  # shellcheck source=scripts/gpu_decks.sh
+  . scripts/gpu_decks.sh
+  gpu_decks "$APP" "$DECKS" >>"$APP_LOG" 2>&1
+fi
 if [ $app_built -eq 1 ] && want ablations; then
-  ABL=own-slice-copy,no-pitched-copies,no-grouped-handshake,normal-priority,no-target-cache
-  "$APP" deck new --preset flux-dev-2048 --name flux-dev-2048.u2 --ulysses 1 --transports nccl,nccl-ce,ipc,vmm \
-    --schedules baseline,v-first,v-project-first --ablations "$ABL" --warmup 3 --iterations 20 --repeats 2 \
-    -o "$LOG/flux-2048-u1-ablations.h5" >>"$APP_LOG" 2>&1
-  app_run flux-2048-u1-ablations 1 "$LOG/flux-2048-u1-ablations.h5" --quiet
-  "$APP" deck new --name floor --seq-len 256 --heads 8 --head-dim 64 --dtype bf16 --ulysses 1 \
-    --transports nccl,nccl-ce,ipc,vmm --schedules baseline,v-first --ablations own-slice-copy,no-grouped-handshake \
-    --warmup 20 --iterations 200 --repeats 3 -o "$LOG/floor-u1.h5" >>"$APP_LOG" 2>&1
-  app_run floor-u1 1 "$LOG/floor-u1.h5" --quiet
+  app_run flux-2048-u1-ablations 1 "$DECKS/flux-2048-u1-ablations.h5" --quiet
+  app_run floor-u1 1 "$DECKS/floor-u1.h5" --quiet
   host_speed floor-u1
 fi
 
@@ -224,25 +225,15 @@ fi
 # Ulysses2 with two ranks sharing the GPU (function only: time-sliced). The table
 # (ulysses-post graphs): layer medians of both, op-by-op / graphs, host enqueue time.
 if [ $app_built -eq 1 ] && want graphs; then
-  GR=$LOG/graphs
-  mkdir -p "$GR"
-  "$APP" deck new --name floor --seq-len 256 --heads 8 --head-dim 64 --dtype bf16 --ulysses 1 \
-    --transports nccl,ipc,vmm --schedules baseline,v-first --ablations no-graphs --warmup 20 --iterations 200 \
-    --repeats 3 -o "$GR/floor-u1.h5" >>"$APP_LOG" 2>&1
-  app_run graphs-floor-u1 1 "$GR/floor-u1.h5" --quiet
+  app_run graphs-floor-u1 1 "$DECKS/graphs-floor-u1.h5" --quiet
   host_speed graphs-floor-u1
   # The same layers timed as a whole (--stage-timing off): no event between stages, each of
   # which is a node of ~2.2 us in a graph (bench_kernels' graph rows), op by op and as graphs.
-  app_run graphs-floor-u1-lean 1 "$GR/floor-u1.h5" --quiet --stage-timing off
+  app_run graphs-floor-u1-lean 1 "$DECKS/graphs-floor-u1.h5" --quiet --stage-timing off
   for preset in flux-dev-1024 flux-dev-2048; do
-    "$APP" deck new --preset "$preset" --name "$preset.u2" --ulysses 1 --transports nccl,ipc,vmm \
-      --schedules v-first,v-first-split,v-project-first --ablations no-graphs --warmup 5 --iterations 50 --repeats 2 \
-      -o "$GR/$preset-u1.h5" >>"$APP_LOG" 2>&1
-    app_run "graphs-$preset-u1" 1 "$GR/$preset-u1.h5" --quiet
+    app_run "graphs-$preset-u1" 1 "$DECKS/graphs-$preset-u1.h5" --quiet
   done
-  "$APP" deck new --preset flux-dev-1024 --name flux-dev-1024.u2 --transports ipc,vmm --schedules v-first \
-    --ablations no-graphs --warmup 3 --iterations 20 --repeats 2 -o "$GR/flux-dev-1024-u2.h5" >>"$APP_LOG" 2>&1
-  app_run graphs-flux-dev-1024-np2-shared 2 "$GR/flux-dev-1024-u2.h5" --allow-shared-gpu --gather ipc --quiet
+  app_run graphs-flux-dev-1024-np2-shared 2 "$DECKS/graphs-flux-dev-1024-u2.h5" --allow-shared-gpu --gather ipc --quiet
   for r in "$LOG"/reports/graphs-*.h5; do
     [ -f "$r" ] || continue
     echo "$(basename "$r" .h5):"
