@@ -6,6 +6,7 @@
 #
 #   scripts/gpu_check.sh            # from the repository root or anywhere
 #   STEPS="build tests" scripts/gpu_check.sh    # only some sections (the build always runs)
+#   KERNEL_TESTS='-*StagedWalk*' scripts/gpu_check.sh   # a gtest filter for test_cuda_kernels
 #
 # Sections (STEPS, default all): tests (GPU unit tests), bench (kernel benchmark, and the
 # peer link with two GPUs or more), sanitize (compute-sanitizer), app (the app on one GPU:
@@ -122,7 +123,7 @@ TEST_LOG=$LOG/tests.log
 : >"$TEST_LOG"
 T=build-gpu/tests
 if [ $built -eq 1 ] && want tests; then
-  run_step "test_cuda_kernels" "$TEST_LOG" 600 "${ONE_GPU[@]}" "$T/test_cuda_kernels"
+  run_step "test_cuda_kernels" "$TEST_LOG" 600 "${ONE_GPU[@]}" "$T/test_cuda_kernels" --gtest_filter="${KERNEL_TESTS:-*}"
   for np in 1 2 4; do
     run_step "test_cuda_device np$np (one GPU)" "$TEST_LOG" 300 "${ONE_GPU[@]}" mpirun -np "$np" --oversubscribe \
       -x CUDA_VISIBLE_DEVICES "$T/test_cuda_device"
