@@ -210,7 +210,7 @@ host_speed() {  # host_speed NAME: $LOG/host-speed-NAME.h5
 # the same ones on a described machine).
 DECKS=$LOG/decks
 if [ $app_built -eq 1 ] && { want ablations || want graphs; }; then
-  # shellcheck source=scripts/gpu_decks.sh
+  # shellcheck source=scripts/gpu_decks.sh disable=SC1091  # linted on its own
   . scripts/gpu_decks.sh
   gpu_decks "$APP" "$DECKS" >>"$APP_LOG" 2>&1
 fi

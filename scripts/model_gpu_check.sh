@@ -25,7 +25,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export PYTHONPATH="$PWD/postprocess:$PWD/scripts${PYTHONPATH:+:$PYTHONPATH}"
 rm -rf "$OUT"
 mkdir -p "$OUT"
-# shellcheck source=scripts/gpu_decks.sh
+# shellcheck source=scripts/gpu_decks.sh disable=SC1091  # linted on its own
 . scripts/gpu_decks.sh
 gpu_decks "$APP" "$OUT/decks" >"$OUT/decks.log" 2>&1 || { echo "model_gpu_check: writing the decks failed ($OUT/decks.log)" >&2; exit 1; }
 model() {  # model NAME DECK [args...]: $OUT/NAME.h5, named as gpu_check names the GPU's report
