@@ -6,14 +6,8 @@ import argparse
 import math
 import os
 
-from predictions_table import NEAREST, loo_rows, quantile
+from predictions_table import NEAREST, band, loo_rows
 from ulysses_post.report import STAGES, load_report
-
-
-def band(v, rows):
-    near = sorted(rows, key=lambda r: abs(math.log(r[0] / v)))[:NEAREST]
-    errs = [e for _, e in near]
-    return v / (1 + quantile(errs, 0.95)), v / (1 + quantile(errs, 0.05))
 
 
 def main():

@@ -54,11 +54,17 @@ def loo_rows(path):
 NEAREST = 20  # the band of a figure: the leave-one-out runs nearest to it in size
 
 
-def banded(v, rows):
-    """v with the band the leave-one-out errors of the NEAREST runs of a similar measured size give it."""
+def band(v, rows):
+    """(low, high): the band the leave-one-out errors of the NEAREST runs of a similar measured size give v."""
     near = sorted(rows, key=lambda r: abs(math.log(r[0] / v)))[:NEAREST]
-    lo, hi = quantile([e for _, e in near], 0.05), quantile([e for _, e in near], 0.95)
-    return f"{v:.3f} ({v / (1 + hi):.3f}-{v / (1 + lo):.3f})"
+    errs = [e for _, e in near]
+    return v / (1 + quantile(errs, 0.95)), v / (1 + quantile(errs, 0.05))
+
+
+def banded(v, rows):
+    """v with its band, as the tables print it."""
+    lo, hi = band(v, rows)
+    return f"{v:.3f} ({lo:.3f}-{hi:.3f})"
 
 
 def main():
