@@ -4,7 +4,8 @@
 - h100-sxm.json: an H100 SXM node from public specs. Same GH100 compute die, SM count,
   clocks, NVLink 4 and copy engines as the H200, so compute rates, fixed costs and the
   link are the H200's; HBM3 at 3.35 TB/s instead of HBM3e at 4.8 TB/s, so every
-  memory-bound rate (norm + RoPE, streaming kernels, SM copies) scales by 3.35/4.8.
+  memory-bound rate (norm + RoPE, streaming kernels) scales by 3.35/4.8. The strided
+  same-device copy (sm_copy_gbs, 1.58 TB/s on the H200) is not HBM-bound and keeps its rate.
 - h200-2node.json: two such H200 nodes of 8 GPUs, one 400 Gb/s NIC per GPU.
 - h200-4node.json: four of them (the same node and NIC): Ulysses32, and hierarchical
   against flat all-to-all across more than one remote node (docs/predictions-hier.md).
@@ -38,16 +39,25 @@ def main():
     h100["name"] = "h100-sxm"
     h100["description"] = ("One node of 8 NVIDIA H100 SXM GPUs (NVLink 4 through NVSwitch), derived from public specs and "
                            "the measured H200 (inputs/machines/derive.py): same GH100 die, so compute, fixed costs and "
-                           "the link are the H200's; HBM3 3.35 TB/s scales the memory-bound rates by 3.35/4.8.")
+                           "the link are the H200's; HBM3 3.35 TB/s scales the memory-bound rates by 3.35/4.8 (not the "
+                           "strided same-device copy, which HBM does not bound).")
     q = h100["parameters"]
     scale = 3350.0 / 4800.0
     hbm_range = "hi: HBM3 spec 3.35 TB/s (read + write cannot exceed it)"
     q["hbm_gbs"] = {"value": 3350, "unit": "GB/s", "source": "spec: H100 SXM HBM3 3.35 TB/s", "range": [3350, 3350],
                     "range_source": "spec: H100 SXM HBM3 3.35 TB/s"}
-    for k in ("norm_rope_gbs", "stream_gbs", "sm_copy_gbs"):
+    # sm_copy_gbs is not among them: the strided same-device copy it rates runs at 1.58 TB/s on
+    # the H200, a third of its HBM, so HBM does not bound it; the same die, clocks and copy
+    # kernel keep the H200's rate. (Until 2026-12-05 it was scaled by 3350/4800 too; the first
+    # H100 run, docs/measured/2026-12-05-h100-ordering, measured that copy at 1.43 TB/s, 0.91 of
+    # the H200's, and the gather it carries at Ulysses1 modelled 44% long.)
+    for k in ("norm_rope_gbs", "stream_gbs"):
         q[k] = {"value": round(p[k]["value"] * scale, 2), "unit": "GB/s",
                 "source": f"H200's {p[k]['value']} GB/s x 3350/4800 (HBM spec ratio; derive.py)",
                 "range": [100, 3350], "range_source": hbm_range}
+    q["sm_copy_gbs"]["source"] = ("H200's rate (not HBM-bound: a third of the H200's HBM; same die, clocks and copy "
+                                  "kernel; derive.py): " + q["sm_copy_gbs"]["source"])
+    q["sm_copy_gbs"]["range"], q["sm_copy_gbs"]["range_source"] = [100, 3350], hbm_range
     for pt in h100.get("norm_rope_profile", []):
         pt["source"] = f"H200's {pt['gbs']:.1f} GB/s x 3350/4800 (HBM spec ratio; derive.py): " + pt["source"]
         pt["gbs"] = round(pt["gbs"] * scale, 2)
