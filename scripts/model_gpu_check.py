@@ -44,9 +44,10 @@ def main():
                     m = mr.median_ms
                     err = c[layer] / m[layer] - 1
                     n += 1
+                    inside = lo <= m[layer] <= hi
                     within10 += abs(err) <= 0.10
-                    inband += lo <= m[layer] <= hi
-                    cells += [f"{m[layer]:.4f}", f"{100 * err:+.1f}%", "yes" if lo <= m[layer] <= hi else "no"]
+                    inband += inside
+                    cells += [f"{m[layer]:.4f}", f"{100 * err:+.1f}%", "yes" if inside else "no"]
                     cells += ["nan" if math.isnan(m[STAGES.index(s)]) else f"{m[STAGES.index(s)]:.4f}" for s in shown]
                 elif a.measured:
                     cells += ["-", "-", "-"] + ["-"] * len(shown)
