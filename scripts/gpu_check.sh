@@ -214,10 +214,16 @@ if [ $app_built -eq 1 ] && { want ablations || want graphs; }; then
   . scripts/gpu_decks.sh
   gpu_decks "$APP" "$DECKS" >>"$APP_LOG" 2>&1
 fi
+gpu_runs() {  # gpu_runs RUN...: each "REPORT DECK [args]" at one rank; the host's speed beside each floor
+  local r w
+  for r in "$@"; do
+    read -r -a w <<<"$r"
+    app_run "${w[0]}" 1 "$DECKS/${w[1]}.h5" --quiet "${w[@]:2}"
+    if [[ ${w[0]} == *floor-u1 ]]; then host_speed "${w[0]}"; fi
+  done
+}
 if [ $app_built -eq 1 ] && want ablations; then
-  app_run flux-2048-u1-ablations 1 "$DECKS/flux-2048-u1-ablations.h5" --quiet
-  app_run floor-u1 1 "$DECKS/floor-u1.h5" --quiet
-  host_speed floor-u1
+  gpu_runs "${GPU_ABLATION_RUNS[@]}"
 fi
 
 # --- graphs: every layer after the first steady one replayed as a CUDA graph (the handshake's
@@ -226,14 +232,9 @@ fi
 # Ulysses2 with two ranks sharing the GPU (function only: time-sliced). The table
 # (ulysses-post graphs): layer medians of both, op-by-op / graphs, host enqueue time.
 if [ $app_built -eq 1 ] && want graphs; then
-  app_run graphs-floor-u1 1 "$DECKS/graphs-floor-u1.h5" --quiet
-  host_speed graphs-floor-u1
-  # The same layers timed as a whole (--stage-timing off): no event between stages, each of
-  # which is a node of ~2.2 us in a graph (bench_kernels' graph rows), op by op and as graphs.
-  app_run graphs-floor-u1-lean 1 "$DECKS/graphs-floor-u1.h5" --quiet --stage-timing off
-  for preset in flux-dev-1024 flux-dev-2048; do
-    app_run "graphs-$preset-u1" 1 "$DECKS/graphs-$preset-u1.h5" --quiet
-  done
+  # Among them the floor timed as a whole (--stage-timing off): no event between stages, each
+  # of which is a node of ~2.2 us in a graph (bench_kernels' graph rows), op by op and as graphs.
+  gpu_runs "${GPU_GRAPH_RUNS[@]}"
   app_run graphs-flux-dev-1024-np2-shared 2 "$DECKS/graphs-flux-dev-1024-u2.h5" --allow-shared-gpu --gather ipc --quiet
   for r in "$LOG"/reports/graphs-*.h5; do
     [ -f "$r" ] || continue

@@ -5,6 +5,13 @@
 #   gpu_decks APP DIR: DIR/flux-2048-u1-ablations.h5, floor-u1.h5 (ablations), graphs-floor-u1.h5,
 #   graphs-flux-dev-1024-u1.h5, graphs-flux-dev-2048-u1.h5 (graphs; one rank each) and
 #   graphs-flux-dev-1024-u2.h5 (two ranks sharing the GPU: function only).
+# GPU_ABLATION_RUNS and GPU_GRAPH_RUNS: the one-rank runs of those decks, each
+# "REPORT DECK [app arguments]" (the report's name, the deck's, what the run adds).
+# shellcheck disable=SC2034  # read by the scripts that source this file
+GPU_ABLATION_RUNS=("flux-2048-u1-ablations flux-2048-u1-ablations" "floor-u1 floor-u1")
+# shellcheck disable=SC2034
+GPU_GRAPH_RUNS=("graphs-floor-u1 graphs-floor-u1" "graphs-floor-u1-lean graphs-floor-u1 --stage-timing off"
+                "graphs-flux-dev-1024-u1 graphs-flux-dev-1024-u1" "graphs-flux-dev-2048-u1 graphs-flux-dev-2048-u1")
 gpu_decks() {
   local app=$1 dir=$2 preset
   mkdir -p "$dir"

@@ -35,10 +35,8 @@ model() {  # model NAME DECK [args...]: $OUT/NAME.h5, named as gpu_check names t
     --quiet "$@" >"$OUT/$name.log" 2>&1 || rc=$?
   [[ $rc -eq 6 ]] || { echo "model_gpu_check: --mode model of $deck exited $rc ($OUT/$name.log)" >&2; exit 1; }
 }
-model flux-2048-u1-ablations flux-2048-u1-ablations
-model floor-u1 floor-u1
-model graphs-floor-u1 graphs-floor-u1
-model graphs-floor-u1-lean graphs-floor-u1 --stage-timing off
-model graphs-flux-dev-1024-u1 graphs-flux-dev-1024-u1
-model graphs-flux-dev-2048-u1 graphs-flux-dev-2048-u1
+for r in "${GPU_ABLATION_RUNS[@]}" "${GPU_GRAPH_RUNS[@]}"; do  # the GPU check's own runs (gpu_decks.sh)
+  read -r -a w <<<"$r"
+  model "${w[@]}"
+done
 python3 scripts/model_gpu_check.py --machine "$MACHINE" --loo docs/model-loo.md "${ARGS[@]}" "$OUT"/*.h5
