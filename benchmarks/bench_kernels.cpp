@@ -137,6 +137,8 @@ struct NormCell {
   // both views in one launch: what the second launch costs.
   double qk_ms = 0, qk_of_bound = 0, stream1_ms = 0, stream1_of_bound = 0;
   std::string qk_kernel;
+  // 16-bit LayerNorm's two candidate walks, each with Q and K in one launch (0: not run).
+  double qk_pipe4_of_bound = 0, qk_staged4_of_bound = 0;
   int blocks = 0, blocks_per_sm = 0, warps_per_sm = 0, regs = 0;
   double smem_kb = 0, inflight_kb_per_sm = 0;
 };
@@ -219,24 +221,26 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       // walks a row a block: "block rows"), its shared-memory staged walk with batches of
       // 4 and 8, its flat walk (a block a row, chunks across head boundaries: every norm
       // kind; in two launches and with Q and K in one), the general kernel, and the pick
-      // with Q and K in one launch.
-      constexpr int kVariants = 14;
+      // with Q and K in one launch; and the two walks 16-bit LayerNorm chooses between
+      // (pipelined 4, staged 4) with Q and K in one launch, as the layer would run either.
+      constexpr int kVariants = 16;
       double ms_kernel[kVariants] = {};
       const NormRopeKernel kVec = NormRopeKernel::kVector;
-      const NormRopeKernel which[kVariants] = {kVec, NormRopeKernel::kGeneral, kVec, kVec, kVec, kVec, kVec,
-                                               kVec, kVec, kVec, kVec, kVec, kVec, kVec};
+      const NormRopeKernel which[kVariants] = {kVec, NormRopeKernel::kGeneral, kVec, kVec, kVec, kVec, kVec, kVec,
+                                               kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec};
       const int kFlat = kNormRopeFlatPipe;
-      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8, -1, -1, 12, 16, kFlat, kFlat, -1};
-      const int staged[kVariants] = {-1, -1, 0, 0, 0, 0, 0, 4, 8, 0, 0, 0, 0, -1};
+      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8, -1, -1, 12, 16, kFlat, kFlat, 4, 0, -1};
+      const int staged[kVariants] = {-1, -1, 0, 0, 0, 0, 0, 4, 8, 0, 0, 0, 0, 0, 4, -1};
       // Q and K in one launch (launch_norm_rope_qk); the last: the layer's pick so.
-      const bool one_launch[kVariants] = {false, false, false, false, false, false, false,
-                                          false, false, false, false, false, true, true};
+      const bool one_launch[kVariants] = {false, false, false, false, false, false, false, false,
+                                          false, false, false, false, true, true, true, true};
       constexpr int kQk = kVariants - 1;
       const char* variant[kVariants] = {"", " (general kernel)", " (vector, 8 passes)", " (vector, 12 passes)",
                                         " (vector, pipelined 4)", " (vector, pipelined 6)", " (vector, pipelined 8)",
                                         " (vector, staged 4)", " (vector, staged 8)", " (vector, pipelined rows)",
                                         " (vector, block rows)", " (vector, flat)", " (vector, flat, Q+K one launch)",
+                                        " (vector, pipelined 4, Q+K one launch)", " (vector, staged 4, Q+K one launch)",
                                         kNormRopeQkRowSuffix};
       std::string flat_kernel;  // the flat walk's launch, for its rows' notes
       NormRopeLaunchInfo qk_info;
@@ -249,6 +253,14 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
         if (pipe[w] > 0 && pipe[w] != kFlat && across != (pipe[w] == 12 || pipe[w] == 16)) continue;
         if (pipe[w] == 12 && passes > 12) continue;
         if (pipe[w] == 16 && passes > 48) continue;
+        // The one-launch pair of the 16-bit LayerNorm pick: only where the staged walk is
+        // a candidate (16-bit types, power-of-two lane groups, a row that fits).
+        if (w == kQk - 2 || w == kQk - 1) {
+          const bool pow2 = (G & (G - 1)) == 0;
+          if (kinds[ki] != NormKind::kLayerPerHead || es != 2 || !pow2 ||
+              static_cast<size_t>(2) * 4 * sh.H * sh.D * es > static_cast<size_t>(200) * 1024)  // staged_fits
+            continue;
+        }
         auto run = [&] {
           if (one_launch[w]) {
             launch_norm_rope_qk(cu(s), view_of(0), p, view_of(1), p, sh.dt, which[w], batch[w], pipe[w], staged[w]);
@@ -292,6 +304,8 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       c.qk_ms = ms_kernel[kQk];
       c.qk_of_bound = bytes / c.qk_ms * 1e-9 / bound_tbs;
       c.qk_kernel = qk_info.kernel;
+      if (ms_kernel[kQk - 2] > 0) c.qk_pipe4_of_bound = bytes / ms_kernel[kQk - 2] * 1e-9 / bound_tbs;
+      if (ms_kernel[kQk - 1] > 0) c.qk_staged4_of_bound = bytes / ms_kernel[kQk - 1] * 1e-9 / bound_tbs;
       c.of_stream = stream_ms / c.ms;
       c.rope_only_ms = rope_only_ms;
       c.bytes = bytes;
@@ -336,6 +350,13 @@ void print_norm_table(const std::vector<NormCell>& cells, double bound_tbs) {
               below, cells.size(), below_qk, cells.size());
   std::printf("1-lnch: the same pick with Q and K in one launch (launch_norm_rope_qk); %%strm1: the streaming kernel "
               "over both views in one launch, as a share of it\n");
+  std::printf("\n16-bit LayerNorm, Q and K in one launch, %% of the copy bound: the pick against its two candidate walks\n");
+  std::printf("%4s | %-4s | %-8s | %-24s | %6s | %11s | %8s\n", "D", "type", "layout", "pick", "pick", "pipelined 4",
+              "staged 4");
+  for (const auto& c : cells)
+    if (c.qk_pipe4_of_bound > 0 && c.qk_staged4_of_bound > 0)
+      std::printf("%4d | %-4s | %-8s | %-24s | %5.1f%% | %10.1f%% | %7.1f%%\n", c.D, c.dtype.c_str(), c.layout.c_str(),
+                  c.qk_kernel.c_str(), 100 * c.qk_of_bound, 100 * c.qk_pipe4_of_bound, 100 * c.qk_staged4_of_bound);
 }
 
 // --- GEMM: the fused QKV projection at Ulysses2 FLUX 2048 (M8448), whole and split the
@@ -664,26 +685,31 @@ constexpr int kGraphLaunches = 20;
 void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) {
   struct Variant {
     const char* what;
-    bool record;  // an event recorded after each kernel
+    int records;  // events recorded after each kernel, one behind the other
     bool hop;     // a hop to stream b and back after each kernel
     EventUse use;
   };
+  // Two timed records back to back: whether a record behind a record is a node that costs
+  // as much as one behind a kernel (the model charges every timed record in a graph).
   const Variant variants[] = {
-      {"empty kernels", false, false, EventUse::kTimed},
-      {"empty kernels, an event recorded after each", true, false, EventUse::kTimed},
-      {"empty kernels, an ordering event recorded after each", true, false, EventUse::kOrdering},
-      {"empty kernels, a hop to a second stream and back after each", false, true, EventUse::kTimed},
-      {"empty kernels, a hop through ordering events after each", false, true, EventUse::kOrdering}};
+      {"empty kernels", 0, false, EventUse::kTimed},
+      {"empty kernels, an event recorded after each", 1, false, EventUse::kTimed},
+      {"empty kernels, two events recorded after each", 2, false, EventUse::kTimed},
+      {"empty kernels, an ordering event recorded after each", 1, false, EventUse::kOrdering},
+      {"empty kernels, a hop to a second stream and back after each", 0, true, EventUse::kTimed},
+      {"empty kernels, a hop through ordering events after each", 0, true, EventUse::kOrdering}};
   for (const Variant& v : variants) {
-    std::vector<std::unique_ptr<Event>> ea(kGraphKernels), eb(kGraphKernels);
+    std::vector<std::unique_ptr<Event>> ea(kGraphKernels), eb(kGraphKernels), ec(kGraphKernels);
     for (int i = 0; i < kGraphKernels; ++i) {
       ea[i] = dev.create_event(v.use);
       eb[i] = dev.create_event(v.use);
+      ec[i] = dev.create_event(v.use);
     }
     auto issue = [&] {
       for (int i = 0; i < kGraphKernels; ++i) {
         launch_delay(cu(a), 0.0);
-        if (v.record || v.hop) ea[i]->record(a);
+        if (v.records > 0 || v.hop) ea[i]->record(a);
+        if (v.records > 1) ec[i]->record(a);
         if (v.hop) {
           dev.stream_wait_event(b, *ea[i]);
           eb[i]->record(b);
