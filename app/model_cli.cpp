@@ -232,6 +232,12 @@ std::vector<Joined> join_pairs(const Options& o) {
       if (t.transport_used != m.transport_used)
         throw InputError(m.case_name + "/" + m.run_name + ": ran on " + m.transport_used + " in " + mpath + " but on " +
                          t.transport_used + " in " + tpath);
+      // A layer timed as a whole holds none of the stage timing's records: its trace must be
+      // made the same way (a staged trace of a lean run models records it never had).
+      if (t.stage_timing != m.stage_timing)
+        throw InputError(m.case_name + "/" + m.run_name + ": stage timing " + m.stage_timing + " in " + mpath +
+                         " but " + t.stage_timing + " in " + tpath + " (trace it with --stage-timing " +
+                         m.stage_timing + ")");
       if (t.traces.empty() || t.stage_terms.size() != t.traces.size())
         throw InputError(tpath + ": " + t.case_name + "/" + t.run_name + " has no traced layer with stage terms");
       Joined j;

@@ -70,15 +70,26 @@ for ((i = 0; i + 1 < ${#PAIRS[@]}; ++i)); do
   if [[ ${PAIRS[i]} == --pair ]]; then TIMED+=(--timed-events "${PAIRS[i + 1]%%=*}"); fi
 done
 PAIRS+=("${TIMED[@]}")
+# Stored after the shipped fit and held out of it (validated out of sample, docs/model.md "The
+# GPU check, predicted before it runs"; the next refit moves them into PAIRS): one H200 at
+# 9d2ed1a (docs/measured/2026-12-05-h200-9d2ed1a), ordering events (a layer's joins are edges
+# of its graph, not nodes: replayed as traced), each with that code's own bench. The lean floor
+# (--stage-timing off) pairs its layer only.
+#   ulysses-ipc model validate --machine h200-nvlink "${PAIRS_NEW[@]}" "${RATES[@]}"
+M7=docs/measured/2026-12-05-h200-9d2ed1a
+PAIRS_NEW=()
+for n in graphs-floor-u1 graphs-floor-u1-lean graphs-flux-dev-1024-u1 graphs-flux-dev-2048-u1; do
+  PAIRS_NEW+=(--pair "$M7/$n-9d2ed1a.h5=$T/$n-9d2ed1a.h5" --bench "$M7/$n-9d2ed1a.h5=$M7/bench_kernels-9d2ed1a.h5")
+  FROM_REPORT+=("$M7/$n-9d2ed1a.h5")
+done
 # Another machine: one H100 at 629fb01 (docs/measured/2026-12-05-h100-ordering), never in PAIRS
 # (h200-nvlink's fit, whose every pair is an H200's): `ulysses-ipc model validate --machine
 # h100-sxm "${PAIRS_H100[@]}"` gives its stage errors out of sample (docs/model.md, "The GPU
 # check, predicted before it runs"); no --bench: the machine file's own rates, as predicted.
-# Its lean report (--stage-timing off) has no stages to pair: model_gpu_check.sh compares its
-# layers.
+# Its lean report (--stage-timing off) pairs its layer only.
 M6=docs/measured/2026-12-05-h100-ordering
 PAIRS_H100=()
-for n in graphs-floor-u1 graphs-flux-dev-1024-u1 graphs-flux-dev-2048-u1; do
+for n in graphs-floor-u1 graphs-floor-u1-lean graphs-flux-dev-1024-u1 graphs-flux-dev-2048-u1; do
   PAIRS_H100+=(--pair "$M6/$n-629fb01.h5=$T/$n-629fb01.h5")
   FROM_REPORT+=("$M6/$n-629fb01.h5")
 done

@@ -183,6 +183,7 @@ std::vector<StoredRun> read_report_runs(const std::string& path) {
       s.dtype = cg.read_string("dtype");
       s.qk_norm = cg.read_string("qk_norm");
       s.median_ms = rg.read_double_list("median_ms");
+      if (rg.has_attr("stage_timing")) s.stage_timing = rg.read_string("stage_timing");
       // Modelled as a graph replay where most timed layers were replayed (so is their median);
       // reports from before the per-layer flags: where any layer was.
       if (rg.has_link("graph_replayed")) {

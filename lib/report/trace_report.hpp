@@ -24,6 +24,9 @@ struct StoredRun {
   // Its timed layers were replayed as graphs (graph_replays > 0); in --mode model, the GPU
   // run would replay them (traced_layer/@modeled_as).
   bool graph_replay = false;
+  // Whether every stage was timed ("on") or the layer alone ("off": --stage-timing off);
+  // reports from before the option: "on".
+  std::string stage_timing = "on";
   std::vector<model::RankTrace> traces;    // empty when the run has no traced layer
   std::vector<std::vector<model::StageTerm>> stage_terms;  // [rank]
   std::string shape_key() const;           // what must agree between a measured run and its traces

@@ -219,6 +219,11 @@ def test_a_run_timed_as_a_whole_is_judged_on_its_layer_alone(app, run, tmp_path)
     for row in lean_rows[:-1]:
         cols = row.split()
         assert cols[-7:-1] == ["-"] * 6 and cols[-1].endswith("%"), row
+    # A lean run beside a staged trace (records it never had) is one clear error, either way round.
+    for measured, trace, timing in ((lean, traces["on"], "off"), (FLOOR, traces["off"], "on")):
+        bad = subprocess.run([app, "model", "validate", "--pair", f"{measured}={trace}"], capture_output=True, text=True)
+        assert bad.returncode == 2, bad.stdout + bad.stderr
+        assert f"stage timing {timing} in {measured}" in bad.stderr and f"--stage-timing {timing}" in bad.stderr, bad.stderr
 
 
 def test_timed_events_replays_every_record_of_old_code_as_a_node(app, run, tmp_path):
