@@ -285,8 +285,11 @@ class Simulation {
       heads_[rk].assign(t.streams.size(), 0);
       // Which event records sit behind device work: the last op before them on their
       // stream, records aside, is a kernel, copy, memset or collective.
-      // And which timed records come right after device work (no record between): those hold
-      // their stream event_record_us.
+      // And which timed records come right after device work (no timed record between):
+      // those hold their stream event_record_us. An ordering record (dims[0] 1) is an edge
+      // of a graph, no node: it holds nothing and does not stand between the work before it
+      // and a timed record after it (bench_kernels' graph rows: an ordering record after a
+      // kernel adds 0.00 us).
       behind_work_[rk].assign(t.ops.size(), false);
       record_cost_[rk].assign(t.ops.size(), false);
       std::vector<bool> work_last(t.streams.size(), false), right_after(t.streams.size(), false);
@@ -294,9 +297,10 @@ class Simulation {
         const Op& o = t.ops[i];
         if (o.stream < 0 || o.stream >= static_cast<int>(t.streams.size())) continue;
         if (o.kind == OpKind::kEventRecord) {
+          const bool ordering = o.dims[0] == 1;
           behind_work_[rk][i] = work_last[o.stream];
-          record_cost_[rk][i] = right_after[o.stream] && o.dims[0] != 1;
-          right_after[o.stream] = false;
+          record_cost_[rk][i] = right_after[o.stream] && !ordering;
+          if (!ordering) right_after[o.stream] = false;
         } else {
           work_last[o.stream] = o.kind == OpKind::kKernel || o.kind == OpKind::kCopy || o.kind == OpKind::kMemset ||
                                 o.kind == OpKind::kCollective;

@@ -341,6 +341,7 @@ TEST(Simulator, AnEventBehindWorkReachesAWaitingStreamLaterThanOneBehindAWait) {
 // A timed event record right after device work holds its stream event_record_us (its
 // timestamp; in a graph an external event-record node: bench_kernels' graph rows); one
 // behind another record, and an ordering one (dims[0] 1: an edge of a graph), hold nothing.
+// A timed record behind an ordering one is still right after the work before both.
 TEST(Simulator, ATimedRecordRightAfterWorkHoldsItsStream) {
   Machine m = simple_machine();
   m.params.at("event_record_us").value = 200;  // 0.2 ms
@@ -351,17 +352,22 @@ TEST(Simulator, ATimedRecordRightAfterWorkHoldsItsStream) {
   const int k2 = b[0].kernel_norm(0, 1e9);    // 1.2 -> 2.2
   const int o = b[0].record(0);
   b[0].t.ops[static_cast<size_t>(o)].dims[0] = 1;  // an ordering event: free
-  const int k3 = b[0].kernel_norm(0, 1e9);    // 2.2 -> 3.2
+  const int r3 = b[0].record(0);              // behind the ordering one, right after k2: 2.2 -> 2.4
+  const int k3 = b[0].kernel_norm(0, 1e9);    // 2.4 -> 3.4
   for (Issue issue : {Issue::kOpByOp, Issue::kGraphReplay}) {
+    SCOPED_TRACE(issue == Issue::kOpByOp ? "op by op" : "graph");
     Timeline tl = simulate(traces(b), m, issue);
     EXPECT_NEAR(tl.ranks[0][r1].end_ms, 1.2, 1e-9);
     EXPECT_NEAR(tl.ranks[0][r2].end_ms, 1.2, 1e-9);
     EXPECT_NEAR(tl.ranks[0][k2].end_ms, 2.2, 1e-9);
     EXPECT_NEAR(tl.ranks[0][o].end_ms, 2.2, 1e-9);
-    EXPECT_NEAR(tl.ranks[0][k3].end_ms, 3.2, 1e-9);
+    EXPECT_NEAR(tl.ranks[0][r3].end_ms, 2.4, 1e-9);
+    EXPECT_NEAR(tl.ranks[0][k3].end_ms, 3.4, 1e-9);
   }
-  // The same ordering record timed (a trace of code from before ordering events): it holds too.
+  // The same ordering record timed (a trace of code from before ordering events): it holds,
+  // and the record behind it is free.
   b[0].t.ops[static_cast<size_t>(o)].dims[0] = 0;
+  EXPECT_NEAR(simulate(traces(b), m).ranks[0][r3].end_ms, 2.4, 1e-9);
   EXPECT_NEAR(simulate(traces(b), m).ranks[0][k3].end_ms, 3.4, 1e-9);
 }
 
