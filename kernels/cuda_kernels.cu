@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 
 #include "comm/device/cuda_check.hpp"
 #include "kernels/cuda_internal.hpp"
+#include "kernels/norm_rope_walk.hpp"
 
 namespace uipc {
 namespace {
@@ -1110,6 +1112,31 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
                  std::min(row_bytes, kWalk == kStaged ? row_bytes : kWalk == kFlat ? flat_bytes : batch_bytes)};
 }
 
+// This device's peak memory bandwidth (GB/s, double data rate over the bus) and SM count,
+// asked once per device: the staged walk's rule (kernels/norm_rope_walk.hpp).
+struct DeviceMemory {
+  double peak_gbs = 0;
+  int sms = 0;
+};
+DeviceMemory device_memory() {
+  static std::mutex mu;
+  static DeviceMemory cached[64];
+  static bool asked[64] = {};
+  int dev = 0;
+  UIPC_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= 64) return {};
+  std::lock_guard<std::mutex> lock(mu);
+  if (!asked[dev]) {
+    int khz = 0, bits = 0, sms = 0;
+    UIPC_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev));
+    UIPC_CUDA_CHECK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev));
+    UIPC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    cached[dev] = {2.0 * khz * 1e3 * (bits / 8.0) * 1e-9, sms};
+    asked[dev] = true;
+  }
+  return cached[dev];
+}
+
 // Whether the staged walk's buffers (two rows per warp) fit a block's shared memory.
 template <typename T>
 bool staged_fits(const QkView& x) {
@@ -1166,12 +1193,14 @@ void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x
   // The layer's pick, as bench_kernels measured every walk on the H200 (2026-12-01, at
   // 0fb166f, % of the copy bound): the staged walk only for LayerNorm at 16-bit types
   // and power-of-two lane groups (75-78% against 71-73% pipelined); elsewhere it lost
-  // (across heads 63-67% against 72% in registers, fp32 55-70% against 85-88%).
-  if (staged < 0)
-    staged = !forced && staged_fits<T>(x) && kNorm == static_cast<int>(NormKind::kLayerPerHead) && sizeof(T) == 2 &&
-                     pow2_groups
-                 ? kAutoStagedBatch
-                 : 0;
+  // (across heads 63-67% against 72% in registers, fp32 55-70% against 85-88%). And only
+  // on a GPU with the H200's memory bandwidth per SM: on the H100 the pipelined walk leads
+  // (kernels/norm_rope_walk.hpp).
+  if (staged < 0) {
+    const bool layer16 = kNorm == static_cast<int>(NormKind::kLayerPerHead) && sizeof(T) == 2 && pow2_groups;
+    const DeviceMemory m = layer16 && !forced ? device_memory() : DeviceMemory{};
+    staged = !forced && layer16 && staged_fits<T>(x) && staged_walk_pays(m.peak_gbs, m.sms) ? kAutoStagedBatch : 0;
+  }
   if (staged > 0) {
     UIPC_CHECK(staged_fits<T>(x), "norm_rope: a row of " + std::to_string(x.heads * x.head_dim * sizeof(T)) +
                                       " bytes is too long for the staged walk");

@@ -23,6 +23,7 @@
 #include "comm/device/cuda_device.hpp"
 #include "kernels/cuda_internal.hpp"
 #include "kernels/cuda_kernels.hpp"
+#include "kernels/norm_rope_walk.hpp"
 
 namespace uipc {
 namespace {
@@ -689,6 +690,32 @@ TEST_F(CudaKernelsTest, NormRopeVectorKernelStagedWalk) {
       if (HasFatalFailure()) return;
     }
   }
+}
+
+// 16-bit LayerNorm's pick, Q and K apart and in one launch, follows this GPU's peak memory
+// bandwidth per SM (kernels/norm_rope_walk.hpp): the staged walk above it, pipelined 4 below;
+// the result checked against the reference either way.
+TEST_F(CudaKernelsTest, NormRopeLayerNorm16BitPickFollowsTheGpusBandwidth) {
+  int dev = 0, khz = 0, bits = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+  const double gbs = 2.0 * khz * 1e3 * (bits / 8.0) * 1e-9;
+  const bool staged = staged_walk_pays(gbs, sms);
+  std::printf("peak memory bandwidth %.0f GB/s over %d SMs (%.1f GB/s an SM): 16-bit LayerNorm takes %s\n", gbs, sms,
+              gbs / sms, staged ? "the staged walk" : "pipelined 4");
+  EXPECT_GT(gbs, 100.0);  // the attributes were read (every GPU this runs on has more)
+  for (DType dt : {DType::kBF16, DType::kFP16})
+    for (int D : {64, 128})
+      for (bool qk : {false, true}) {
+        NormRopeCheck c{dt, D, 3072 / D, NormKind::kLayerPerHead, true, true, false, NormRopeKernel::kVector};
+        c.qk = qk;
+        run_norm_rope_check(*this, c);
+        if (HasFatalFailure()) return;
+        const std::string k = last_norm_rope_launch().kernel;
+        EXPECT_NE(k.find(staged ? "staged 4" : "pipelined 4"), std::string::npos) << dtype_name(dt) << " D" << D << ": " << k;
+      }
 }
 
 // A row too long for the staged walk's shared memory (56 heads x 128 fp32: 28 KB, two

@@ -29,6 +29,7 @@
 #include "base/error.hpp"
 #include "comm/device/host_device.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/norm_rope_walk.hpp"
 
 using namespace uipc;
 
@@ -909,3 +910,15 @@ TEST(HostKernels, AViewPastItsBufferIsANamedErrorBeforeTheKernelRuns) {
 }
 
 }  // namespace
+
+// 16-bit LayerNorm's walk by the GPU's peak memory bandwidth per SM (kernels/norm_rope_walk.hpp):
+// the two GPUs measured fall on either side of the threshold, and unknown figures keep the
+// staged walk.
+TEST(NormRopeWalk, StagedWalkByMemoryBandwidthPerSm) {
+  EXPECT_TRUE(staged_walk_pays(4800, 132));   // H200 SXM: 36.4 GB/s an SM (staged measured ahead)
+  EXPECT_FALSE(staged_walk_pays(3352, 132));  // H100 SXM: 25.4 GB/s an SM (pipelined measured ahead)
+  EXPECT_FALSE(staged_walk_pays(kStagedWalkMinGbsPerSm * 100, 100));
+  EXPECT_TRUE(staged_walk_pays(kStagedWalkMinGbsPerSm * 100 + 1, 100));
+  EXPECT_TRUE(staged_walk_pays(0, 132));
+  EXPECT_TRUE(staged_walk_pays(4800, 0));
+}
