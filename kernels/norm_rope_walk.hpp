@@ -6,7 +6,7 @@
 // is the device's peak memory bandwidth per SM. Measured with Q and K in one launch
 // (bench_kernels' "16-bit LayerNorm, Q and K in one launch" table, % of the copy bound):
 // - one H200 (4.8 TB/s, 132 SMs: 36 GB/s an SM; docs/measured/2026-12-05-h200-9d2ed1a):
-//   staged 70.9-76.0, pipelined 66.7-71.5: staged ahead by 1.4-1.9 points at bf16, 6.5-7.1 fp16;
+//   staged 70.9-76.0, pipelined 66.7-71.5: staged ahead by 1.2-2.3 points at bf16, 6.5-7.1 fp16;
 // - one H100 (3.35 TB/s, 132 SMs: 25 GB/s an SM; docs/measured/2026-12-05-h100-27d7ca2):
 //   pipelined 81.5-87.6, staged 79.3-83.5: pipelined ahead by 3.0-7.3 points at bf16, 0.1-3.4 fp16.
 // The threshold lies between the two GPUs measured; a GPU between them is not measured.
