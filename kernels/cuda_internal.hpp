@@ -51,6 +51,13 @@ struct NormRopeLaunchInfo {
   size_t inflight_per_warp = 0;  // bytes a warp has loading at once (the vector kernel's walks)
 };
 NormRopeLaunchInfo last_norm_rope_launch();
+// The current device's peak memory bandwidth (GB/s, kernels/norm_rope_walk.hpp) and SM count,
+// read once per device: what 16-bit LayerNorm's pick of walk goes by.
+struct MemoryBandwidth {
+  double peak_gbs = 0;
+  int sms = 0;
+};
+MemoryBandwidth memory_bandwidth();
 void launch_attention_reference(cudaStream_t s, const void* q, const void* k, const void* v, void* o, int64_t batch,
                                 int64_t seq, int heads, int head_dim, DType dtype, float scale);
 void launch_convert_from_f32(cudaStream_t s, const float* in, void* out, int64_t n, DType dtype);

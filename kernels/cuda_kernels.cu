@@ -1112,31 +1112,6 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
                  std::min(row_bytes, kWalk == kStaged ? row_bytes : kWalk == kFlat ? flat_bytes : batch_bytes)};
 }
 
-// This device's peak memory bandwidth (GB/s, double data rate over the bus) and SM count,
-// asked once per device: the staged walk's rule (kernels/norm_rope_walk.hpp).
-struct DeviceMemory {
-  double peak_gbs = 0;
-  int sms = 0;
-};
-DeviceMemory device_memory() {
-  static std::mutex mu;
-  static DeviceMemory cached[64];
-  static bool asked[64] = {};
-  int dev = 0;
-  UIPC_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= 64) return {};
-  std::lock_guard<std::mutex> lock(mu);
-  if (!asked[dev]) {
-    int khz = 0, bits = 0, sms = 0;
-    UIPC_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev));
-    UIPC_CUDA_CHECK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev));
-    UIPC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    cached[dev] = {2.0 * khz * 1e3 * (bits / 8.0) * 1e-9, sms};
-    asked[dev] = true;
-  }
-  return cached[dev];
-}
-
 // Whether the staged walk's buffers (two rows per warp) fit a block's shared memory.
 template <typename T>
 bool staged_fits(const QkView& x) {
@@ -1198,7 +1173,7 @@ void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x
   // (kernels/norm_rope_walk.hpp).
   if (staged < 0) {
     const bool layer16 = kNorm == static_cast<int>(NormKind::kLayerPerHead) && sizeof(T) == 2 && pow2_groups;
-    const DeviceMemory m = layer16 && !forced ? device_memory() : DeviceMemory{};
+    const MemoryBandwidth m = layer16 && !forced ? memory_bandwidth() : MemoryBandwidth{};
     staged = !forced && layer16 && staged_fits<T>(x) && staged_walk_pays(m.peak_gbs, m.sms) ? kAutoStagedBatch : 0;
   }
   if (staged > 0) {
@@ -1490,6 +1465,25 @@ __global__ void convert_2d_kernel(const float* __restrict__ in, int64_t ld_in, T
 }  // namespace
 
 NormRopeLaunchInfo last_norm_rope_launch() { return last_launch; }
+
+MemoryBandwidth memory_bandwidth() {
+  static std::mutex mu;
+  static MemoryBandwidth cached[64];
+  static bool asked[64] = {};
+  int dev = 0;
+  UIPC_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= 64) return {};
+  std::lock_guard<std::mutex> lock(mu);
+  if (!asked[dev]) {
+    int khz = 0, bits = 0, sms = 0;
+    UIPC_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev));
+    UIPC_CUDA_CHECK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev));
+    UIPC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    cached[dev] = {peak_memory_gbs(khz, bits), sms};
+    asked[dev] = true;
+  }
+  return cached[dev];
+}
 
 namespace {
 // The arguments' checks; false when there is nothing to do (neither norm nor RoPE).

@@ -14,6 +14,13 @@
 
 namespace uipc {
 
+// Peak memory bandwidth, GB/s, from the device's memory clock (kHz) and bus width (bits):
+// double data rate over the bus (H200: 3201 MHz x 6144 bits = 4917; H100 SXM: 2619 MHz x
+// 5120 bits = 3352).
+inline double peak_memory_gbs(int memory_clock_khz, int bus_width_bits) {
+  return 2.0 * memory_clock_khz * 1e3 * (bus_width_bits / 8.0) * 1e-9;
+}
+
 // GB/s of peak memory bandwidth per SM above which the staged walk is the pick.
 constexpr double kStagedWalkMinGbsPerSm = 30.0;
 

@@ -915,8 +915,12 @@ TEST(HostKernels, AViewPastItsBufferIsANamedErrorBeforeTheKernelRuns) {
 // the two GPUs measured fall on either side of the threshold, and unknown figures keep the
 // staged walk.
 TEST(NormRopeWalk, StagedWalkByMemoryBandwidthPerSm) {
-  EXPECT_TRUE(staged_walk_pays(4800, 132));   // H200 SXM: 36.4 GB/s an SM (staged measured ahead)
-  EXPECT_FALSE(staged_walk_pays(3352, 132));  // H100 SXM: 25.4 GB/s an SM (pipelined measured ahead)
+  // The public memory clocks and bus widths of the two GPUs measured.
+  const double h200 = peak_memory_gbs(3201000, 6144), h100 = peak_memory_gbs(2619000, 5120);
+  EXPECT_NEAR(h200, 4916.7, 0.1);
+  EXPECT_NEAR(h100, 3352.3, 0.1);
+  EXPECT_TRUE(staged_walk_pays(h200, 132));   // H200 SXM: 37.3 GB/s an SM (staged measured ahead)
+  EXPECT_FALSE(staged_walk_pays(h100, 132));  // H100 SXM: 25.4 GB/s an SM (pipelined measured ahead)
   EXPECT_FALSE(staged_walk_pays(kStagedWalkMinGbsPerSm * 100, 100));
   EXPECT_TRUE(staged_walk_pays(kStagedWalkMinGbsPerSm * 100 + 1, 100));
   EXPECT_TRUE(staged_walk_pays(0, 132));
