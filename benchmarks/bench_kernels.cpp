@@ -254,13 +254,10 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
         if (pipe[w] == 12 && passes > 12) continue;
         if (pipe[w] == 16 && passes > 48) continue;
         // The one-launch pair of the 16-bit LayerNorm pick: only where the staged walk is
-        // a candidate (16-bit types, power-of-two lane groups, a row that fits).
-        if (w == kQk - 2 || w == kQk - 1) {
-          const bool pow2 = (G & (G - 1)) == 0;
-          if (kinds[ki] != NormKind::kLayerPerHead || es != 2 || !pow2 ||
-              static_cast<size_t>(2) * 4 * sh.H * sh.D * es > static_cast<size_t>(200) * 1024)  // staged_fits
-            continue;
-        }
+        // a candidate (16-bit types, power-of-two lane groups; a row too long for it is
+        // refused by the launcher, as for the staged rows above).
+        if ((w == kQk - 2 || w == kQk - 1) && (kinds[ki] != NormKind::kLayerPerHead || es != 2 || (G & (G - 1)) != 0))
+          continue;
         auto run = [&] {
           if (one_launch[w]) {
             launch_norm_rope_qk(cu(s), view_of(0), p, view_of(1), p, sh.dt, which[w], batch[w], pipe[w], staged[w]);
