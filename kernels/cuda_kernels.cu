@@ -478,8 +478,8 @@ __device__ __forceinline__ BlockView<T> block_view(const RowSets<T>& sets) {
 }
 
 template <typename T, int kNorm, int kCPL, int kNB, int kWalk>
-__global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(const RowSets<T> sets, int64_t rows, int heads,
-                                                                         int G, int rope, float eps, float theta) {
+__device__ __forceinline__ void norm_rope_rows(const RowSets<T>& sets, int64_t rows, int heads, int G, int rope,
+                                               float eps, float theta) {
   const BlockView<T> bv = block_view(sets);
   const unsigned block = bv.block, grid = bv.grid;
   T* const data = bv.data;
@@ -501,6 +501,12 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(const Ro
   const bool lane_used = hw < hpw;
   constexpr bool per_head = norm == static_cast<int>(NormKind::kRmsPerHead) ||
                             norm == static_cast<int>(NormKind::kLayerPerHead);
+  // LayerNorm's statistics in one reduction (per_head_batch) at 16-bit types, on the walks
+  // whose occupancy does not pay for it: the staged walk's is bound by its shared memory,
+  // the plain walk of 8 passes sits at 4 blocks a multiprocessor either way (nvcc -Xptxas
+  // -v, sm_90, 16-bit: staged 4 90-91 -> 96 registers, plain 8 120 -> 128), while the
+  // pipelined walk of 4 would go from 96-104 to 114-121 registers and from 5 blocks to 4.
+  constexpr bool kOnePassLayerNorm = sizeof(T) == 2 && kCPL == 1 && kWalk != kPipelined;
 
   // What a lane needs for every row: which chunks it owns, their pairs' RoPE
   // frequencies, and (per-head norms) their weights.
@@ -619,6 +625,30 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(const Ro
       const float r = rsqrtf(s2[0] / (static_cast<float>(heads) * static_cast<float>(D)) + eps);
 #pragma unroll
       for (int p = 0; p < kNB; ++p) rinv[p] = r;
+    } else if constexpr (norm == static_cast<int>(NormKind::kLayerPerHead) && kOnePassLayerNorm) {
+      // One reduction of both sums, shifted by the head's first value c (a shuffle from the
+      // group's first lane): var = E[(x-c)^2] - E[x-c]^2, one chain of shuffle rounds where
+      // the two-pass form below waits on two (see kOnePassLayerNorm for where). Its
+      // cancellation costs a relative variance error of about eps_f32 * (1 + ((mu - c) /
+      // sigma)^2), and no value of a head lies further than sqrt(D - 1) sigma from its mean
+      // (Samuelson's inequality): at most ~D * 6e-8 = 8e-6 at head_dim 128, 1/30 of an fp16
+      // result's half-ulp (2^-12) and less of bf16's. fp32 results keep the two-pass form:
+      // there the same error reached the tests' fp32 tolerance (below).
+      float s[2 * kNB];
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) {
+        const float c = __shfl_sync(0xffffffffu, to_float(reinterpret_cast<const T*>(&v[p][0].raw)[0]), base);
+        mu[p] = c;
+        s[p] = s[kNB + p] = 0.0f;
+        lane_sums(v[p], c, s[p], s[kNB + p]);
+      }
+      group_sums(s, G, base);
+#pragma unroll
+      for (int p = 0; p < kNB; ++p) {
+        const float m1 = s[p] * inv_n;
+        mu[p] += m1;
+        rinv[p] = rsqrtf(fmaxf(s[kNB + p] * inv_n - m1 * m1, 0.0f) + eps);
+      }
     } else if constexpr (norm == static_cast<int>(NormKind::kLayerPerHead)) {
       // Mean, then variance over the values still in registers (two passes, two
       // reductions of kNB chains each: as many shuffles as one reduction of both sums).
@@ -1039,10 +1069,32 @@ __global__ void __launch_bounds__(kRowWarps * 32, flat_min_blocks(kNB))
   flat_rows<T, kNorm, kNB>(block_view(sets), rows, heads, rope, eps, theta);
 }
 
-// The kernel of a walk: the flat walk's own, the others' shared one.
+template <typename T, int kNorm, int kCPL, int kNB, int kWalk>
+__global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(const RowSets<T> sets, int64_t rows, int heads,
+                                                                         int G, int rope, float eps, float theta) {
+  norm_rope_rows<T, kNorm, kCPL, kNB, kWalk>(sets, rows, heads, G, rope, eps, theta);
+}
+// The same walk asked to fit 5 blocks a multiprocessor (at most 96 registers a thread): 16-bit
+// LayerNorm's pipelined walk of 4 passes, its pick on GPUs of the H100's bandwidth per SM.
+// Left to itself ptxas gave fp16 104 registers (4 blocks) and bf16 96 (5); on one H100
+// (docs/measured/2026-12-05-h100-0ccee14, Q and K in one launch) fp16 reached 82-84% of the
+// copy bound, bf16 86-89%. (A bound of one block on the other kernels is not the same as
+// none: ptxas then takes more registers, fp32 plain 8 96 -> 117.)
+template <typename T, int kNorm, int kCPL, int kNB, int kWalk>
+__global__ void __launch_bounds__(kRowWarps * 32, 5) norm_rope_rows_5_kernel(const RowSets<T> sets, int64_t rows,
+                                                                              int heads, int G, int rope, float eps,
+                                                                              float theta) {
+  norm_rope_rows<T, kNorm, kCPL, kNB, kWalk>(sets, rows, heads, G, rope, eps, theta);
+}
+
+// The kernel of a walk: the flat walk's own, the others' shared one (held to 5 blocks a
+// multiprocessor for 16-bit LayerNorm's pipelined walk of 4).
 template <typename T, int kNorm, int kCPL, int kNB, int kWalk>
 constexpr auto rows_kernel() {
   if constexpr (kWalk == kFlat) return norm_rope_flat_kernel<T, kNorm, kNB>;
+  else if constexpr (kWalk == kPipelined && kNB == 4 && sizeof(T) == 2 &&
+                     kNorm == static_cast<int>(NormKind::kLayerPerHead))
+    return norm_rope_rows_5_kernel<T, kNorm, kCPL, kNB, kWalk>;
   else return norm_rope_rows_kernel<T, kNorm, kCPL, kNB, kWalk>;
 }
 
