@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <type_traits>
 
 #include "comm/device/cuda_check.hpp"
 #include "kernels/cuda_internal.hpp"
@@ -1074,12 +1075,14 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(const Ro
                                                                          int G, int rope, float eps, float theta) {
   norm_rope_rows<T, kNorm, kCPL, kNB, kWalk>(sets, rows, heads, G, rope, eps, theta);
 }
-// The same walk asked to fit 5 blocks a multiprocessor (at most 96 registers a thread): 16-bit
+// The same walk asked to fit 5 blocks a multiprocessor (at most 96 registers a thread): fp16
 // LayerNorm's pipelined walk of 4 passes, its pick on GPUs of the H100's bandwidth per SM.
-// Left to itself ptxas gave fp16 104 registers (4 blocks) and bf16 96 (5); on one H100
-// (docs/measured/2026-12-05-h100-0ccee14, Q and K in one launch) fp16 reached 82-84% of the
-// copy bound, bf16 86-89%. (A bound of one block on the other kernels is not the same as
-// none: ptxas then takes more registers, fp32 plain 8 96 -> 117.)
+// Left to itself ptxas gave it 104 registers (4 blocks), bf16's 96 (5); on one H100 (Q and K
+// in one launch) fp16 reached 82-84% of the copy bound (docs/measured/2026-12-05-h100-0ccee14),
+// held to 5 blocks 86-87% (2026-12-05-h100-525f9a3). bf16 is not held: there the bound made
+// ptxas spill (40 bytes) at the same 96 registers and cost 1-2 points. (A bound of one block
+// on the other kernels is not the same as none: ptxas then takes more registers, fp32 plain
+// 8 96 -> 117.)
 template <typename T, int kNorm, int kCPL, int kNB, int kWalk>
 __global__ void __launch_bounds__(kRowWarps * 32, 5) norm_rope_rows_5_kernel(const RowSets<T> sets, int64_t rows,
                                                                               int heads, int G, int rope, float eps,
@@ -1088,11 +1091,11 @@ __global__ void __launch_bounds__(kRowWarps * 32, 5) norm_rope_rows_5_kernel(con
 }
 
 // The kernel of a walk: the flat walk's own, the others' shared one (held to 5 blocks a
-// multiprocessor for 16-bit LayerNorm's pipelined walk of 4).
+// multiprocessor for fp16 LayerNorm's pipelined walk of 4).
 template <typename T, int kNorm, int kCPL, int kNB, int kWalk>
 constexpr auto rows_kernel() {
   if constexpr (kWalk == kFlat) return norm_rope_flat_kernel<T, kNorm, kNB>;
-  else if constexpr (kWalk == kPipelined && kNB == 4 && sizeof(T) == 2 &&
+  else if constexpr (kWalk == kPipelined && kNB == 4 && std::is_same_v<T, __half> &&
                      kNorm == static_cast<int>(NormKind::kLayerPerHead))
     return norm_rope_rows_5_kernel<T, kNorm, kCPL, kNB, kWalk>;
   else return norm_rope_rows_kernel<T, kNorm, kCPL, kNB, kWalk>;
