@@ -507,6 +507,10 @@ __device__ __forceinline__ void norm_rope_rows(const RowSets<T>& sets, int64_t r
   // the plain walk of 8 passes sits at 4 blocks a multiprocessor either way (nvcc -Xptxas
   // -v, sm_90, 16-bit: staged 4 90-91 -> 96 registers, plain 8 120 -> 128), while the
   // pipelined walk of 4 would go from 96-104 to 114-121 registers and from 5 blocks to 4.
+  // Measured on one H100 (Q and K in one launch, % of the copy bound; 0ccee14 -> 93ad383,
+  // docs/measured/2026-12-05-h100-layernorm): head_dim 72's plain walk of 8, the pick there,
+  // bf16 73.4-74.0 -> 77.6-78.2, fp16 75.2-75.8 -> 80.5-81.3; the staged walk of 4 (not the
+  // H100's pick) 79.1-82.6 -> 78.9-82.0, within the runs' spread. Not yet on an H200.
   constexpr bool kOnePassLayerNorm = sizeof(T) == 2 && kCPL == 1 && kWalk != kPipelined;
 
   // What a lane needs for every row: which chunks it owns, their pairs' RoPE

@@ -9,6 +9,10 @@
 //   staged 70.9-76.0, pipelined 66.7-71.5: staged ahead by 1.2-2.3 points at bf16, 6.5-7.1 fp16;
 // - one H100 (3.35 TB/s, 132 SMs: 25 GB/s an SM; docs/measured/2026-12-05-h100-27d7ca2):
 //   pipelined 81.5-87.6, staged 79.3-83.5: pipelined ahead by 3.0-7.3 points at bf16, 0.1-3.4 fp16.
+//   Since (93ad383, docs/measured/2026-12-05-h100-layernorm: the pick's first GPU run, which
+//   read 3352 GB/s and took pipelined 4; fp16's pipelined walk held to 5 blocks an SM, the
+//   staged walk's statistics in one reduction): pipelined 85.4-87.5 (fp16 85.7-86.8), staged
+//   78.9-82.0. Neither change has run on an H200: its figures above are of the code before.
 // The threshold lies between the two GPUs measured; a GPU between them is not measured.
 #pragma once
 
