@@ -87,9 +87,12 @@ done
 # h100-sxm "${PAIRS_H100[@]}"` gives its stage errors out of sample (docs/model.md, "The GPU
 # check, predicted before it runs"); no --bench: the machine file's own rates, as predicted.
 # Its lean report (--stage-timing off) pairs its layer only.
+# And one H100 at 0ccee14 (docs/measured/2026-12-05-h100-0ccee14): the same decks, code with
+# ordering events; stored after h100-sxm.json last changed, so out of sample as well.
 M6=docs/measured/2026-12-05-h100-ordering
+M8=docs/measured/2026-12-05-h100-0ccee14
 PAIRS_H100=()
 for n in graphs-floor-u1 graphs-floor-u1-lean graphs-flux-dev-1024-u1 graphs-flux-dev-2048-u1; do
-  PAIRS_H100+=(--pair "$M6/$n-629fb01.h5=$T/$n-629fb01.h5")
-  FROM_REPORT+=("$M6/$n-629fb01.h5")
+  PAIRS_H100+=(--pair "$M6/$n-629fb01.h5=$T/$n-629fb01.h5" --pair "$M8/$n-0ccee14.h5=$T/$n-0ccee14.h5")
+  FROM_REPORT+=("$M6/$n-629fb01.h5" "$M8/$n-0ccee14.h5")
 done
