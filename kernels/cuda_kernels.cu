@@ -882,18 +882,24 @@ __device__ __forceinline__ void norm_rope_rows(const RowSets<T>& sets, int64_t r
 // row's chunks) and head sums.
 struct FlatSmem {
   int g, b, tab, part, hs, floats;
+  int sums;  // values a chunk partial and a head sum carry: 1, or 3 for one-pass LayerNorm
 };
 __host__ __device__ inline int round_up4(int n) { return (n + 3) & ~3; }
-__host__ __device__ inline FlatSmem flat_smem(int D, int heads, int row_chunks, int norm) {
+// 16-bit LayerNorm takes its statistics in one pass on the flat walk (flat_rows).
+__host__ __device__ constexpr bool flat_one_pass(int norm, int elem_bytes) {
+  return norm == static_cast<int>(NormKind::kLayerPerHead) && elem_bytes == 2;
+}
+__host__ __device__ inline FlatSmem flat_smem(int D, int heads, int row_chunks, int norm, int elem_bytes) {
   const bool layer = norm == static_cast<int>(NormKind::kLayerPerHead);
   const bool per_head = layer || norm == static_cast<int>(NormKind::kRmsPerHead);
   FlatSmem m{};
+  m.sums = flat_one_pass(norm, elem_bytes) ? 3 : 1;
   m.g = 0;
   m.b = m.g + (per_head ? round_up4(D) : 0);
   m.tab = m.b + (layer ? round_up4(D) : 0);
   m.part = m.tab + 2 * round_up4(D);
-  m.hs = m.part + (per_head ? round_up4(row_chunks) : 0);
-  m.floats = m.hs + (per_head ? round_up4(heads) : 0);
+  m.hs = m.part + (per_head ? m.sums * round_up4(row_chunks) : 0);
+  m.floats = m.hs + (per_head ? m.sums * round_up4(heads) : 0);
   return m;
 }
 
@@ -932,7 +938,7 @@ __device__ __forceinline__ void flat_rows(const BlockView<T>& bv, int64_t rows, 
   const float* __restrict__ gamma = bv.gamma;
   const int t = threadIdx.x;
   const int D = pl.head_dim, half = D / 2, cph = D / kVE, row_chunks = heads * cph;
-  const FlatSmem lay = flat_smem(D, heads, row_chunks, kNorm);
+  const FlatSmem lay = flat_smem(D, heads, row_chunks, kNorm, sizeof(T));
   if constexpr (per_head) {
     for (int i = t; i < D; i += kNT) {
       sm[lay.g + i] = gamma[i];
@@ -994,6 +1000,51 @@ __device__ __forceinline__ void flat_rows(const BlockView<T>& bv, int64_t rows, 
 #pragma unroll
     for (int p = 0; p < kNB; ++p) s[p] = has(p) ? hs[hd[p]] : 0.0f;
   };
+  // 16-bit LayerNorm's statistics in one round (flat_one_pass): each chunk's sums shifted by
+  // its own first value c_p, S1 = sum(x - c_p) and S2 = sum(x - c_p)^2, go to shared memory
+  // with c_p; each head's thread moves them to one shift, the head's first value c (its chunk
+  // 0's c_p): sum(x - c) = S1 + n d, sum(x - c)^2 = S2 + d (2 S1 + n d), d = c_p - c, n =
+  // kVE; then mean = c + sum(x - c) / D, variance = sum(x - c)^2 / D - (sum(x - c) / D)^2.
+  // One barrier pair a row where the two-pass form takes two; its cancellation error is
+  // the register walks' one-pass form's (per_head_batch): a relative variance error of about
+  // D x 6e-8 at most (Samuelson's inequality), far below a 16-bit half-ulp.
+  auto head_stats = [&](const V (&v)[kNB], float (&mu)[kNB], float (&rinv)[kNB]) {
+    float* const part = sm + lay.part;  // [S1 | S2 | c] of the row's chunks
+    float* const hs = sm + lay.hs;      // [sum(x - c) | sum(x - c)^2 | c] of its heads
+    const int pc = round_up4(row_chunks), ph = round_up4(heads);
+#pragma unroll
+    for (int p = 0; p < kNB; ++p) {
+      if (!has(p)) continue;
+      const float c = to_float(reinterpret_cast<const T*>(&v[p].raw)[0]);
+      float s1 = 0.0f, s2 = 0.0f;
+      chunk_sums(v[p], c, s1, s2);
+      const int i = t + kNT * p;
+      part[i] = s1, part[pc + i] = s2, part[2 * pc + i] = c;
+    }
+    __syncthreads();
+    const float n = static_cast<float>(kVE);
+    for (int h = t; h < heads; h += kNT) {
+      const int q = h * cph;
+      const float c = part[2 * pc + q];
+      int k = h % cph;  // as head_sums: the head threads of a warp start on different banks
+      float a1 = 0.0f, a2 = 0.0f;
+      for (int i = 0; i < cph; ++i) {
+        const float s1 = part[q + k], d = part[2 * pc + q + k] - c;
+        a1 += s1 + n * d;
+        a2 += part[pc + q + k] + d * (2.0f * s1 + n * d);
+        k = k + 1 == cph ? 0 : k + 1;
+      }
+      hs[h] = a1, hs[ph + h] = a2, hs[2 * ph + h] = c;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int p = 0; p < kNB; ++p) {
+      if (!has(p)) continue;
+      const float m1 = hs[hd[p]] * inv_d;
+      mu[p] = hs[2 * ph + hd[p]] + m1;
+      rinv[p] = rsqrtf(fmaxf(hs[ph + hd[p]] * inv_d - m1 * m1, 0.0f) + eps);
+    }
+  };
   auto do_row = [&](int64_t rr, V (&v)[kNB], int parity) {
     T* const x = data + rr * pl.row_pitch;
     T* const out_row = out_row_of(bv.out, pl, rr);
@@ -1017,6 +1068,8 @@ __device__ __forceinline__ void flat_rows(const BlockView<T>& bv, int64_t rows, 
       const float r = rsqrtf(block_sum(s2, red[parity]) * inv_n + eps);
 #pragma unroll
       for (int p = 0; p < kNB; ++p) rinv[p] = r;
+    } else if constexpr (per_head && flat_one_pass(kNorm, sizeof(T))) {
+      head_stats(v, mu, rinv);
     } else if constexpr (per_head) {
       float s[kNB];
       if constexpr (layer) {
@@ -1132,7 +1185,7 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
   // The staged walk's two row buffers per warp; the flat walk's tables and sums.
   const int row_chunks = x.heads * (x.head_dim / Vec<T>::kVE);
   const size_t smem = kWalk == kStaged ? size_t(2) * kRowWarps * x.heads * x.head_dim * sizeof(T)
-                      : kWalk == kFlat ? sizeof(float) * flat_smem(x.head_dim, x.heads, row_chunks, kNorm).floats
+                      : kWalk == kFlat ? sizeof(float) * flat_smem(x.head_dim, x.heads, row_chunks, kNorm, sizeof(T)).floats
                                        : 0;
   // As many blocks as stay resident at once (asked once per kernel and shared-memory
   // size), at most one warp per row.
@@ -1185,7 +1238,10 @@ bool staged_fits(const QkView& x) {
 // 80-81 -> 84-85, fp32 LayerNorm 58-59 -> 77-79; 16-bit LayerNorm 55-57 either way); RoPE
 // only and across-heads RMS at 16-bit types for head_dim 64 and 128 too (87-89 -> 88-90,
 // 84-85 -> 84-88). Not per-head RMS or 16-bit LayerNorm at head_dim 64/128 (81-83 and
-// 59-61 flat against 86-88 and 72-76), nor fp32 there (within a point, or behind).
+// 59-61 flat against 86-88 and 72-76), nor fp32 there (within a point, or behind). 16-bit
+// LayerNorm's flat walk has taken its statistics in one round since (flat_rows' head_stats:
+// one barrier pair a row, not two): not yet measured on a GPU, so not yet picked; bench_kernels'
+// "(vector, flat)" rows measure it beside the pick.
 template <typename T, int kNorm>
 bool flat_is_pick(bool pow2_groups) {
   constexpr bool b16 = sizeof(T) == 2;

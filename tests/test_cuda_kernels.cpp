@@ -379,8 +379,9 @@ TEST_F(CudaKernelsTest, NormRopeVectorKernelPipelinedWalk) {
 // variance near 4/D: a factor of about D, the most Samuelson's inequality allows). fp32
 // takes the two-pass form, which sums (x - mean)^2 after the mean and cancels nothing (the
 // one-pass form once failed NormRopeVectorKernelPipelinedWalk at fp32: 4.50e-5 against a
-// tolerance of 4.38e-5); 16-bit types take the one-pass form on the plain (pipe 0) and
-// staged walks, the two-pass form on the pipelined ones.
+// tolerance of 4.38e-5); 16-bit types take the one-pass form on the plain (pipe 0), staged
+// and flat walks (the flat walk's with a shift per chunk, moved to the head's first value),
+// the two-pass form on the pipelined ones.
 TEST_F(CudaKernelsTest, NormRopeLayerNormVarianceWithAnOutlier) {
   for (DType dt : kAllTypes) {
     for (int D : {64, 72, 128}) {
@@ -396,6 +397,10 @@ TEST_F(CudaKernelsTest, NormRopeLayerNormVarianceWithAnOutlier) {
       NormRopeCheck g{dt, D, H, NormKind::kLayerPerHead, false, true, false, NormRopeKernel::kGeneral, -1, 37, 2};
       g.outlier = true;
       run_norm_rope_check(*this, g);
+      NormRopeCheck fl{dt, D, H, NormKind::kLayerPerHead, true, true, true, NormRopeKernel::kVector,
+                       kNormRopeFlatPipe, 50, 20, 0};
+      fl.outlier = fl.qk = true;
+      run_norm_rope_check(*this, fl);
       if (HasFatalFailure()) return;
     }
   }
