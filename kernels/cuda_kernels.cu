@@ -1136,10 +1136,10 @@ __global__ void __launch_bounds__(kRowWarps * 32) norm_rope_rows_kernel(const Ro
 // LayerNorm's pipelined walk of 4 passes, its pick on GPUs of the H100's bandwidth per SM.
 // Left to itself ptxas gave it 104 registers (4 blocks), bf16's 96 (5); on one H100 (Q and K
 // in one launch) fp16 reached 82-84% of the copy bound (docs/measured/2026-12-05-h100-0ccee14),
-// held to 5 blocks 86-87% (2026-12-05-h100-525f9a3). bf16 is not held: there the bound made
-// ptxas spill (40 bytes) at the same 96 registers and cost 1-2 points. (A bound of one block
-// on the other kernels is not the same as none: ptxas then takes more registers, fp32 plain
-// 8 96 -> 117.)
+// held to 5 blocks 85-87% (docs/measured/2026-12-05-h100-layernorm, 525f9a3 and 93ad383). bf16
+// is not held: there the bound made ptxas spill (40 bytes) at the same 96 registers and cost
+// 0.5-2 points (525f9a3). (A bound of one block on the other kernels is not the same as
+// none: ptxas then takes more registers, fp32 plain 8 96 -> 117.)
 template <typename T, int kNorm, int kCPL, int kNB, int kWalk>
 __global__ void __launch_bounds__(kRowWarps * 32, 5) norm_rope_rows_5_kernel(const RowSets<T> sets, int64_t rows,
                                                                               int heads, int G, int rope, float eps,
