@@ -137,8 +137,9 @@ struct NormCell {
   // both views in one launch: what the second launch costs.
   double qk_ms = 0, qk_of_bound = 0, stream1_ms = 0, stream1_of_bound = 0;
   std::string qk_kernel;
-  // 16-bit LayerNorm's two candidate walks, each with Q and K in one launch (0: not run).
-  double qk_pipe4_of_bound = 0, qk_staged4_of_bound = 0;
+  // 16-bit LayerNorm's two candidate walks, each with Q and K in one launch (0: not run), and
+  // the flat walk so (every cell).
+  double qk_pipe4_of_bound = 0, qk_staged4_of_bound = 0, qk_flat_of_bound = 0;
   int blocks = 0, blocks_per_sm = 0, warps_per_sm = 0, regs = 0;
   double smem_kb = 0, inflight_kb_per_sm = 0;
 };
@@ -303,6 +304,7 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       c.qk_kernel = qk_info.kernel;
       if (ms_kernel[kQk - 2] > 0) c.qk_pipe4_of_bound = bytes / ms_kernel[kQk - 2] * 1e-9 / bound_tbs;
       if (ms_kernel[kQk - 1] > 0) c.qk_staged4_of_bound = bytes / ms_kernel[kQk - 1] * 1e-9 / bound_tbs;
+      if (ms_kernel[kQk - 3] > 0) c.qk_flat_of_bound = bytes / ms_kernel[kQk - 3] * 1e-9 / bound_tbs;
       c.of_stream = stream_ms / c.ms;
       c.rope_only_ms = rope_only_ms;
       c.bytes = bytes;
@@ -347,13 +349,21 @@ void print_norm_table(const std::vector<NormCell>& cells, double bound_tbs) {
               below, cells.size(), below_qk, cells.size());
   std::printf("1-lnch: the same pick with Q and K in one launch (launch_norm_rope_qk); %%strm1: the streaming kernel "
               "over both views in one launch, as a share of it\n");
-  std::printf("\n16-bit LayerNorm, Q and K in one launch, %% of the copy bound: the pick against its two candidate walks\n");
-  std::printf("%4s | %-4s | %-8s | %-24s | %6s | %11s | %8s\n", "D", "type", "layout", "pick", "pick", "pipelined 4",
-              "staged 4");
+  std::printf("\n16-bit LayerNorm, Q and K in one launch, %% of the copy bound: the pick against its candidate walks "
+              "(pipelined 4 and staged 4 where the lane groups are a power of two; the flat walk everywhere)\n");
+  std::printf("%4s | %-4s | %-8s | %-27s | %6s | %11s | %8s | %6s\n", "D", "type", "layout", "pick", "pick",
+              "pipelined 4", "staged 4", "flat");
+  auto pct = [](double f) {
+    char b[16];
+    if (f > 0) std::snprintf(b, sizeof b, "%.1f%%", 100 * f);
+    else std::snprintf(b, sizeof b, "-");
+    return std::string(b);
+  };
   for (const auto& c : cells)
-    if (c.qk_pipe4_of_bound > 0 && c.qk_staged4_of_bound > 0)
-      std::printf("%4d | %-4s | %-8s | %-24s | %5.1f%% | %10.1f%% | %7.1f%%\n", c.D, c.dtype.c_str(), c.layout.c_str(),
-                  c.qk_kernel.c_str(), 100 * c.qk_of_bound, 100 * c.qk_pipe4_of_bound, 100 * c.qk_staged4_of_bound);
+    if (c.kind == "layer" && c.dtype != "fp32")
+      std::printf("%4d | %-4s | %-8s | %-27s | %6s | %11s | %8s | %6s\n", c.D, c.dtype.c_str(), c.layout.c_str(),
+                  c.qk_kernel.c_str(), pct(c.qk_of_bound).c_str(), pct(c.qk_pipe4_of_bound).c_str(),
+                  pct(c.qk_staged4_of_bound).c_str(), pct(c.qk_flat_of_bound).c_str());
 }
 
 // --- GEMM: the fused QKV projection at Ulysses2 FLUX 2048 (M8448), whole and split the
