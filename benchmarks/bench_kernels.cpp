@@ -146,9 +146,11 @@ struct NormCell {
 
 // heads_dims: (H, D) pairs to measure instead of the table's (3072 / D, D) for D 64, 72, 128
 // (--norm-shapes: e.g. Wan's 40 x 128 and 12 x 128, rows of other lengths than the table's).
+// M: tokens (rows) of Q and K, FLUX.1-dev 2048's 16896 unless --norm-tokens gives another
+// (e.g. FLUX 1024's 4608: Q and K 57 MB at bf16, much of which a 50 MB L2 keeps between
+// repetitions, as the layer's projection leaves it).
 void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs, std::vector<Row>& rows,
-                    std::vector<NormCell>& cells, const std::vector<std::pair<int, int>>& heads_dims) {
-  const int64_t M = 16384 + 512;  // FLUX.1-dev 2048 tokens
+                    std::vector<NormCell>& cells, const std::vector<std::pair<int, int>>& heads_dims, int64_t M) {
   const NormKind kinds[] = {NormKind::kRmsPerHead, NormKind::kRmsAcrossHeads, NormKind::kLayerPerHead, NormKind::kNone};
   const char* kind_names[] = {"rms", "rms_across_heads", "layer", "none (RoPE only)"};
   int sms = 0;
@@ -326,9 +328,9 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
 // Where a cell is short of 85% of the copy bound, its columns say what it had: the same
 // views streamed in place with no arithmetic (the bound at this size and launch count), the RoPE-only kernel of the same
 // shape (the cost of the walk without the norm), occupancy and bytes in flight.
-void print_norm_table(const std::vector<NormCell>& cells, double bound_tbs) {
-  std::printf("\nnorm+RoPE table (Q and K of M16896 tokens, in two launches and in one; bound = %.3f TB/s device copy)\n",
-              bound_tbs);
+void print_norm_table(const std::vector<NormCell>& cells, double bound_tbs, int64_t M) {
+  std::printf("\nnorm+RoPE table (Q and K of M%lld tokens, in two launches and in one; bound = %.3f TB/s device copy)\n",
+              static_cast<long long>(M), bound_tbs);
   std::printf("%-16s | %4s | %3s | %-4s | %-8s | %-24s | %8s | %7s | %6s | %8s | %7s | %8s | %6s | %5s | %4s | %5s | %7s | %9s | %14s | %8s | %6s | %6s | %s\n",
               "kind", "D", "H", "type", "layout", "kernel", "ms", "GB/s", "%bound", "strm ms", "%strm", "rope ms",
               "MB", "grid", "b/SM", "w/SM", "regs", "smem KB/b", "inflight KB/SM", "1-lnch ms", "%bound",
@@ -1164,11 +1166,19 @@ int main(int argc, char** argv) {
   std::string only;  // a comma-separated list of sections, or all
   int nccl_ranks = 0;  // the all-to-all sweep's largest rank count (0: every visible GPU)
   std::vector<std::pair<int, int>> norm_shapes;  // --norm-shapes: (heads, head_dim) in place of the table's
+  long long norm_tokens = 16384 + 512;           // --norm-tokens: Q's and K's rows (FLUX.1-dev 2048's)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if ((a == "-o" || a == "--output") && i + 1 < argc) out_path = argv[++i];
     else if (a == "--sections" && i + 1 < argc) only = argv[++i];
     else if (a == "--nccl-ranks" && i + 1 < argc) nccl_ranks = std::atoi(argv[++i]);
+    else if (a == "--norm-tokens" && i + 1 < argc) {
+      char tail = 0;
+      if (std::sscanf(argv[++i], "%lld%c", &norm_tokens, &tail) != 1 || norm_tokens < 1 || norm_tokens > (1 << 17)) {
+        std::fprintf(stderr, "bench_kernels: --norm-tokens '%s': not a token count from 1 to %d\n", argv[i], 1 << 17);
+        return 2;
+      }
+    }
     else if (a == "--norm-shapes" && i + 1 < argc) {
       std::string list = argv[++i];
       for (size_t at = 0; at < list.size();) {
@@ -1188,7 +1198,8 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: bench_kernels [-o FILE.h5] [--sections bounds,attention,attention_shapes,norm,gemm,gemm_shapes,copies,where,latency,alloc,peer,nccl]"
-                   " [--nccl-ranks N (0: every GPU)] [--norm-shapes HxD,... (norm: these shapes, not the table's)]\n");
+                   " [--nccl-ranks N (0: every GPU)] [--norm-shapes HxD,... (norm: these shapes, not the table's)]"
+                   " [--norm-tokens M (norm: M rows of Q and K, not 16896)]\n");
       return 2;
     }
   }
@@ -1207,7 +1218,7 @@ int main(int argc, char** argv) {
     std::vector<NormCell> cells;
     const double bound = copy_bound_tbs(*dev, *s, rows);
     if (want("attention")) attention_rows(*dev, *s, rows);
-    if (want("norm")) norm_rope_rows(*dev, *s, *kern, bound, rows, cells, norm_shapes);
+    if (want("norm")) norm_rope_rows(*dev, *s, *kern, bound, rows, cells, norm_shapes, norm_tokens);
     if (want("gemm")) gemm_rows(*dev, *s, *kern, rows);
     if (want("gemm_shapes")) gemm_shape_rows(*dev, *s, *kern, rows);
     if (want("attention_shapes")) attention_shape_rows(*dev, *s, *kern, rows);
@@ -1235,7 +1246,7 @@ int main(int argc, char** argv) {
       std::printf("%-10s | %-60s | %-34s | %9.4f | %9.3f %-8s | %6s | %s\n", r.section.c_str(), r.what.c_str(),
                   r.shape.c_str(), r.ms, r.rate, r.unit.c_str(), ob, r.note.c_str());
     }
-    if (!cells.empty()) print_norm_table(cells, bound);
+    if (!cells.empty()) print_norm_table(cells, bound, norm_tokens);
     bench::print_alltoall(nccl);
     std::printf("device: %s; code %s\n", dev->name().c_str(), ULYSSES_GIT_REV);
     if (!out_path.empty()) write_h5(out_path, rows, cells, bound, dev->name(), nccl);
