@@ -131,6 +131,11 @@ if [ $built -eq 1 ] && want tests; then
 fi
 if [ $built -eq 1 ] && want bench; then
   run_step "bench_kernels" "$LOG/bench.log" 600 "$T/bench_kernels" -o "$LOG/bench.h5"
+  # norm+RoPE again at FLUX 1024's size (4608 tokens, the graphs section's deck): the model
+  # takes the 16896-token rates for every size, and on one H100 FLUX 1024's norm stage ran
+  # at that rate with no fixed cost left (docs/model.md, "A second H100 at 0ccee14").
+  run_step "bench_kernels norm at 4608 tokens" "$LOG/bench-norm-4608.log" 300 "$T/bench_kernels" --sections norm \
+    --norm-tokens 4608 -o "$LOG/bench-norm-4608.h5"
 fi
 
 # --- compute-sanitizer over the GPU tests (memcheck, racecheck)
