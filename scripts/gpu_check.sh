@@ -59,7 +59,7 @@ note() { SUMMARY+=("$(printf '%-44s | %s' "$1" "$2")"); }
 run_step() {
   local name=$1 log=$2 limit=$3
   shift 3
-  echo "=== $name: $*" >>"$log"
+  echo "=== $name [$(date -u +%T)]: $*" >>"$log"
   [ -n "${OUT:-}" ] && { printf '%s\n' "${SUMMARY[@]}"; echo "running: $name"; } >"$OUT/summary-so-far.txt"
   local t0=$SECONDS
   timeout "$limit" "$@" >>"$log" 2>&1
@@ -68,7 +68,7 @@ run_step() {
   [ $rc -ne 0 ] && verdict="FAIL (rc $rc)"
   [ $rc -eq 124 ] && verdict="TIMEOUT (${limit}s)"
   note "$name" "$verdict, $((SECONDS - t0))s"
-  echo "=== $name: $verdict" >>"$log"
+  echo "=== $name [$(date -u +%T)]: $verdict" >>"$log"
   # The device tool returns $OUT even when the call is cut off at its time limit: keep
   # the summary so far and the end of this step's log there after every step.
   if [ -n "${OUT:-}" ]; then
@@ -80,10 +80,18 @@ run_step() {
 
 {
   echo "host: $(hostname)  date: $(date -u +%FT%TZ)"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit --format=csv,noheader 2>&1
   nvcc --version | tail -2
   cmake --version | head -1
 } >"$LOG/env.log" 2>&1
+# The GPUs' clocks, power and throttle reasons every 200 ms for the whole check (clocks.csv),
+# beside each step's start and end times in its log ("=== NAME [HH:MM:SS]"): the layer's
+# attention ran 9-12% below the same run's bench at FLUX 2048's shape on one H100, which
+# power-capped clocks would explain (docs/model.md, "A second H100 at 0ccee14").
+nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_throttle_reasons.active \
+  --format=csv -lms 200 >"$LOG/clocks.csv" 2>&1 &
+SMI_PID=$!
+trap 'kill "$SMI_PID" 2>/dev/null' EXIT
 
 # --- Kokkos
 KOKKOS_ARGS=()
