@@ -882,7 +882,6 @@ __device__ __forceinline__ void norm_rope_rows(const RowSets<T>& sets, int64_t r
 // row's chunks) and head sums.
 struct FlatSmem {
   int g, b, tab, part, hs, floats;
-  int sums;  // values a chunk partial and a head sum carry: 1, or 3 for one-pass LayerNorm
 };
 __host__ __device__ inline int round_up4(int n) { return (n + 3) & ~3; }
 // 16-bit LayerNorm takes its statistics in one pass on the flat walk (flat_rows).
@@ -892,14 +891,14 @@ __host__ __device__ constexpr bool flat_one_pass(int norm, int elem_bytes) {
 __host__ __device__ inline FlatSmem flat_smem(int D, int heads, int row_chunks, int norm, int elem_bytes) {
   const bool layer = norm == static_cast<int>(NormKind::kLayerPerHead);
   const bool per_head = layer || norm == static_cast<int>(NormKind::kRmsPerHead);
+  const int sums = flat_one_pass(norm, elem_bytes) ? 3 : 1;  // values a chunk partial and a head sum carry
   FlatSmem m{};
-  m.sums = flat_one_pass(norm, elem_bytes) ? 3 : 1;
   m.g = 0;
   m.b = m.g + (per_head ? round_up4(D) : 0);
   m.tab = m.b + (layer ? round_up4(D) : 0);
   m.part = m.tab + 2 * round_up4(D);
-  m.hs = m.part + (per_head ? m.sums * round_up4(row_chunks) : 0);
-  m.floats = m.hs + (per_head ? m.sums * round_up4(heads) : 0);
+  m.hs = m.part + (per_head ? sums * round_up4(row_chunks) : 0);
+  m.floats = m.hs + (per_head ? sums * round_up4(heads) : 0);
   return m;
 }
 
