@@ -366,9 +366,14 @@ def test_samples_outside_the_timed_span_fail_without_a_crash(tmp_path: Path, rng
 
 def test_sim_soak_within_a_time_budget(app: Path, tmp_path: Path) -> None:
     """SOAK_BUDGET_S: a probe run measures a layer's wall time, and a run that would take
-    longer gets fewer timed layers and says so (how the GPU soak stays inside its time)."""
+    longer gets fewer timed layers and says so (how the GPU soak stays inside its time).
+    The budget leaves 2 timed layers a window, so a window's p50 is the mean of two layers
+    and one scheduler stall on a shared 2-core machine moves it +219% (CI, 3cdc1ac): this
+    test's timing limits are wide (SOAK_POST_ARGS); growth and parity are judged as ever, and
+    the timing checks are test_sim_soak_end_to_end's, with more layers a window."""
     env = dict(os.environ, SOAK_MODE="sim", SOAK_LAYERS="3000", SOAK_BUDGET_S="2", SOAK_NP="1", SOAK_TRANSPORTS="ipc",
-               SOAK_APP=str(app), SOAK_DIR=str(tmp_path), PY=sys.executable)
+               SOAK_APP=str(app), SOAK_DIR=str(tmp_path), PY=sys.executable,
+               SOAK_POST_ARGS="--p50-tol 20 --spread-tol 40")
     p = subprocess.run([str(REPO / "scripts" / "soak.sh")], env=env, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "3000 layers would take longer than 2 s" in p.stdout and "soak np1-ipc: PASS" in p.stdout
