@@ -1239,8 +1239,12 @@ bool staged_fits(const QkView& x) {
 // 84-85 -> 84-88). Not per-head RMS or 16-bit LayerNorm at head_dim 64/128 (81-83 and
 // 59-61 flat against 86-88 and 72-76), nor fp32 there (within a point, or behind). 16-bit
 // LayerNorm's flat walk has taken its statistics in one round since (flat_rows' head_stats:
-// one barrier pair a row, not two): not yet measured on a GPU, so not yet picked; bench_kernels'
-// "(vector, flat)" rows measure it beside the pick.
+// one barrier pair a row, not two): on one H100, Q and K in one launch, that took the flat walk
+// from 74.4-81.5% to 78.3-85.8% (0ccee14 -> 520fd4b, docs/measured/2026-12-05-h100-520fd4b),
+// still behind or beside the pick. There, fused / separate: head_dim 72
+// flat 78.5 / 78.3 (bf16) and 78.9 / 79.0 (fp16) against plain 8's 77.8 / 78.1 and 80.9 / 81.1;
+// head_dim 64/128 flat 84.3-85.8 against pipelined 4's 85.1-88.1. Ahead nowhere beyond
+// spread: not picked. bench_kernels' "(vector, flat)" rows keep measuring it beside the pick.
 template <typename T, int kNorm>
 bool flat_is_pick(bool pow2_groups) {
   constexpr bool b16 = sizeof(T) == 2;
