@@ -358,7 +358,9 @@ PYEOF
   done >>"$LOG/app-table.txt" 2>&1
 fi
 
-# --- summary, last
+# --- the GPU's clocks and power per step (ulysses-post clocks), then the summary, last
+kill "$SMI_PID" 2>/dev/null
+PYTHONPATH=$ROOT/postprocess "$PY" -m ulysses_post clocks "$LOG/clocks.csv" "$LOG"/*.log >"$LOG/clocks-table.txt" 2>&1
 {
   echo
   echo "GPU check summary (logs in $LOG)"
@@ -373,6 +375,11 @@ fi
     echo
     echo "graphs against op by op, same run (layer median ms; speedup = op-by-op / graphs; enqueue: rank 0's host ms)"
     cat "$LOG/graphs-table.txt"
+  fi
+  if [ -s "$LOG/clocks-table.txt" ]; then
+    echo
+    echo "clocks and power per step (busy samples of clocks.csv; a layer's attention runs at its step's SM clock)"
+    cat "$LOG/clocks-table.txt"
   fi
   if [ -s "$SOAK_DIR/soak-table.txt" ]; then
     echo

@@ -1,4 +1,4 @@
-"""The `ulysses-post` command line: summarize, compare, spread, plot, trace, graphs, soak.
+"""The `ulysses-post` command line: summarize, compare, spread, plot, trace, graphs, clocks, soak.
 
 Every expected failure (a missing file, a file that is not a report, an unknown schema
 version, an inconsistent report, an unknown case) ends in one line on stderr and exit
@@ -93,6 +93,16 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("reports", nargs="+", metavar="REPORT")
     sp.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
     sp.add_argument("--format", choices=FORMATS, default="table")
+    ck = sub.add_parser("clocks", help="the GPU's clocks and power through each step of a GPU check",
+                        description="Per step of scripts/gpu_check.sh (its logs' stamped lines) and GPU: the busy "
+                                    "samples of clocks.csv, the SM clock's median and 10th percentile, as a share "
+                                    "of the highest sampled, the power drawn, and the share of busy samples under "
+                                    "the software power cap or a slowdown.")
+    ck.add_argument("clocks", metavar="CLOCKS.CSV")
+    ck.add_argument("logs", nargs="+", metavar="LOG", help="the check's step logs (build-gpu/logs/*.log)")
+    ck.add_argument("--busy", type=_positive, default=50.0, metavar="PCT",
+                    help="a sample counts while utilization.gpu is at least this (default 50)")
+    ck.add_argument("--format", choices=("table", "csv", "markdown"), default="table")
     k = sub.add_parser("soak", help="a soak's verdict: growth of sampled memory/fds after warm-up, timing stability",
                        description="Places what scripts/soak_sample.py sampled beside a run on the report's timed "
                                    "layers, in windows: fails when GPU memory, RSS, fds or threads grow after the "
@@ -116,6 +126,10 @@ def _run(args: argparse.Namespace) -> int:
         from .graphs import graphs
 
         graphs(load_report(args.report), args.case, args.format)
+    elif args.command == "clocks":
+        from .clocks import write as write_clocks
+
+        write_clocks(args.clocks, args.logs, args.busy, args.format)
     elif args.command == "spread":
         from .spread import write
 
