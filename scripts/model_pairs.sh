@@ -70,16 +70,18 @@ for ((i = 0; i + 1 < ${#PAIRS[@]}; ++i)); do
   if [[ ${PAIRS[i]} == --pair ]]; then TIMED+=(--timed-events "${PAIRS[i + 1]%%=*}"); fi
 done
 PAIRS+=("${TIMED[@]}")
-# Stored after the shipped fit and held out of it (validated out of sample, docs/model.md "The
-# GPU check, predicted before it runs"; the next refit moves them into PAIRS): one H200 at
-# 9d2ed1a (docs/measured/2026-12-05-h200-9d2ed1a), ordering events (a layer's joins are edges
-# of its graph, not nodes: replayed as traced), each with that code's own bench. The lean floor
-# (--stage-timing off) pairs its layer only.
-#   ulysses-ipc model validate --machine h200-nvlink "${PAIRS_NEW[@]}" "${RATES[@]}"
+# One H200 at 9d2ed1a (docs/measured/2026-12-05-h200-9d2ed1a): ordering events (a layer's
+# joins are edges of its graph, not nodes: replayed as traced, not --timed-events), each with
+# that code's own bench. Validated out of sample against the fit before it (docs/model.md, "The
+# GPU check, predicted before it runs"), then moved into the fit of 2026-12-05 (seventh
+# session). The lean floor (--stage-timing off) pairs its layer only.
 M7=docs/measured/2026-12-05-h200-9d2ed1a
-PAIRS_NEW=()
 for n in graphs-floor-u1 graphs-floor-u1-lean graphs-flux-dev-1024-u1 graphs-flux-dev-2048-u1; do
-  PAIRS_NEW+=(--pair "$M7/$n-9d2ed1a.h5=$T/$n-9d2ed1a.h5" --bench "$M7/$n-9d2ed1a.h5=$M7/bench_kernels-9d2ed1a.h5")
+  g=${n#graphs-}
+  g=${g%-lean}
+  g=${g/flux-dev-/flux-}
+  PAIRS+=(--pair "$M7/$n-9d2ed1a.h5=$T/$n-9d2ed1a.h5" --bench "$M7/$n-9d2ed1a.h5=$M7/bench_kernels-9d2ed1a.h5"
+          --group "$M7/$n-9d2ed1a.h5=$g-h200")
   FROM_REPORT+=("$M7/$n-9d2ed1a.h5")
 done
 # Another machine: one H100 at 629fb01 (docs/measured/2026-12-05-h100-ordering), never in PAIRS
@@ -87,12 +89,15 @@ done
 # h100-sxm "${PAIRS_H100[@]}"` gives its stage errors out of sample (docs/model.md, "The GPU
 # check, predicted before it runs"); no --bench: the machine file's own rates, as predicted.
 # Its lean report (--stage-timing off) pairs its layer only.
-# And one H100 at 0ccee14 (docs/measured/2026-12-05-h100-0ccee14): the same decks, code with
-# ordering events; stored after h100-sxm.json last changed, so out of sample as well.
+# And one H100 at 0ccee14 (docs/measured/2026-12-05-h100-0ccee14) and one at 520fd4b
+# (docs/measured/2026-12-05-h100-520fd4b): the same decks, code with ordering events; stored
+# after h100-sxm.json last changed, so out of sample as well.
 M6=docs/measured/2026-12-05-h100-ordering
 M8=docs/measured/2026-12-05-h100-0ccee14
+M9=docs/measured/2026-12-05-h100-520fd4b
 PAIRS_H100=()
 for n in graphs-floor-u1 graphs-floor-u1-lean graphs-flux-dev-1024-u1 graphs-flux-dev-2048-u1; do
-  PAIRS_H100+=(--pair "$M6/$n-629fb01.h5=$T/$n-629fb01.h5" --pair "$M8/$n-0ccee14.h5=$T/$n-0ccee14.h5")
-  FROM_REPORT+=("$M6/$n-629fb01.h5" "$M8/$n-0ccee14.h5")
+  PAIRS_H100+=(--pair "$M6/$n-629fb01.h5=$T/$n-629fb01.h5" --pair "$M8/$n-0ccee14.h5=$T/$n-0ccee14.h5"
+               --pair "$M9/$n-520fd4b.h5=$T/$n-520fd4b.h5")
+  FROM_REPORT+=("$M6/$n-629fb01.h5" "$M8/$n-0ccee14.h5" "$M9/$n-520fd4b.h5")
 done
