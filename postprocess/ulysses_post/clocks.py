@@ -150,11 +150,7 @@ def write(csv_path: str, logs: list[str], busy: float, fmt: str, out: TextIO = s
     if not steps:
         raise ReportError("no stamped steps ('=== NAME [HH:MM:SS]: ...') in " + ", ".join(logs))
     rs = rows(samples, steps, busy)
-    if fmt == "csv":
-        formats.write_csv(FIELDS, rs, out)
-        return
-    if fmt == "markdown":
-        out.write("\n".join(formats.markdown_table(FIELDS, rs)) + "\n")
+    if formats.write_records(fmt, FIELDS, rs, out):
         return
     top = ", ".join(f"GPU {g}: {max(s.sm_mhz for s in samples if s.gpu == g):.0f} MHz"
                     for g in sorted({s.gpu for s in samples}))

@@ -73,6 +73,18 @@ def markdown_table(columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> li
     return lines
 
 
+def write_records(fmt: str, fields: Sequence[str], rows: Sequence[dict[str, Any]], out: TextIO) -> bool:
+    """csv or markdown: writes the rows and returns True; any other format (the table for
+    people) is the caller's to write: False."""
+    if fmt == "csv":
+        write_csv(fields, rows, out)
+        return True
+    if fmt == "markdown":
+        out.write("\n".join(markdown_table(fields, rows)) + "\n")
+        return True
+    return False
+
+
 def schema(name: str) -> dict[str, Any]:
     """One of the package's JSON Schemas (schemas/NAME.schema.json)."""
     text = resources.files("ulysses_post").joinpath("schemas", f"{name}.schema.json").read_text(encoding="utf-8")

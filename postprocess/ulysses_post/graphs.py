@@ -45,11 +45,7 @@ def rows(report: Report, cases: list[str] | None) -> list[dict]:
 
 def graphs(report: Report, cases: list[str] | None, fmt: str = "table", out: TextIO = sys.stdout) -> None:
     rs = rows(report, cases)
-    if fmt == "csv":
-        formats.write_csv(FIELDS, rs, out)
-        return
-    if fmt == "markdown":
-        out.write("\n".join(formats.markdown_table(FIELDS, rs)) + "\n")
+    if formats.write_records(fmt, FIELDS, rs, out):
         return
     if not rs:
         out.write("no run has an op-by-op twin (run the ablation no-graphs beside it)\n")
