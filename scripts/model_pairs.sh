@@ -101,3 +101,11 @@ for n in graphs-floor-u1 graphs-floor-u1-lean graphs-flux-dev-1024-u1 graphs-flu
                --pair "$M9/$n-520fd4b.h5=$T/$n-520fd4b.h5")
   FROM_REPORT+=("$M6/$n-629fb01.h5" "$M8/$n-0ccee14.h5" "$M9/$n-520fd4b.h5")
 done
+# And the first ablations on an H100, at e20d86f (docs/measured/2026-12-05-h100-e20d86f: every
+# transport, schedule and ablation at Ulysses1 for FLUX 2048 and the floor), predicted before
+# they ran by docs/predictions-gpu-check-h100-refit.md.
+M10=docs/measured/2026-12-05-h100-e20d86f
+for n in flux-2048-u1-ablations floor-u1; do
+  PAIRS_H100+=(--pair "$M10/$n-e20d86f.h5=$T/$n-e20d86f.h5")
+  FROM_REPORT+=("$M10/$n-e20d86f.h5")
+done
