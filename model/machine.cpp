@@ -50,9 +50,12 @@ const std::vector<ParamSpec>& parameter_specs() {
       {"host_copy_us", "us", 0, 1e4, "host time to issue a copy"},
       {"host_api_us", "us", 0, 1e4, "host time of an event record, stream wait, or stream memory operation"},
       {"host_alloc_us", "us", 0, 1e4, "host time of a device allocation (cudaMalloc, or a vmm target's cuMemCreate + map)"},
+      {"host_export_us", "us", 0, 1e5,
+       "host time of a vmm descriptor's export (cuMemExportToShareableHandle; an IPC handle's export, not "
+       "measured, costs host_api_us)"},
       {"host_import_us", "us", 0, 1e5,
-       "host time of a vmm descriptor's export + import + map (charged to the import; an IPC handle's export and "
-       "open, not measured, cost host_api_us)"},
+       "host time of a vmm descriptor's import + reserve + map + set access (an IPC handle's open, not measured, "
+       "costs host_api_us)"},
       {"host_unmap_us", "us", 0, 1e4,
        "host time of a free (after any wait for the device, traced apart) or of a descriptor mapping's close"},
       {"copy_engines", "engines", 1, 64, "copy engines per GPU (peer copies that run on engines queue for one)"},

@@ -25,7 +25,7 @@ struct Rates {
   double gemm, attention_scale, norm, stream, sm_copy, copy_engine, link, nic;  // per ms
   double kernel_lat, copy_lat, hop, work_hop, event_record, memop, link_lat, nic_lat, nccl_lat;  // ms
   double host_launch, host_gemm, host_attention, host_nccl, host_copy, host_api, skew;  // ms
-  double host_alloc, host_import, host_unmap;  // ms
+  double host_alloc, host_export, host_import, host_unmap;  // ms
   double sm_copy_share, kernel_share, ipc_factor, nccl_link, nccl_nic, nccl_peer, fp32_out, spread, peer_beside_gemm;
   double copy_behind_gemm;
   int engines;
@@ -62,6 +62,7 @@ struct Rates {
     host_copy = us("host_copy_us");
     host_api = us("host_api_us");
     host_alloc = us("host_alloc_us");
+    host_export = us("host_export_us");
     host_import = us("host_import_us");
     host_unmap = us("host_unmap_us");
     skew = us("start_skew_us");
@@ -464,7 +465,8 @@ class Simulation {
     switch (static_cast<HostCall>(op.dims[0])) {
       case HostCall::kAllocRuntime:
       case HostCall::kAllocVmm: return r_.host_alloc;
-      case HostCall::kImportFd: return r_.host_import;  // the export's share is in it
+      case HostCall::kExportFd: return r_.host_export;
+      case HostCall::kImportFd: return r_.host_import;
       case HostCall::kFreeRuntime:
       case HostCall::kFreeVmm:
       case HostCall::kCloseFd: return r_.host_unmap;
