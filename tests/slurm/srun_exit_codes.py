@@ -69,8 +69,8 @@ def main() -> int:
     report = str(WORK / "srun-r.h5")
     results = []
 
-    def expect(name, p, code, needle=None):
-        err = finish(p)
+    def expect(name, p, code, needle=None, err=None):
+        err = finish(p) if err is None else err
         ok = p.returncode == code and (needle is None or needle in err)
         results.append((name, p.returncode, code, ok))
         if not ok:
@@ -82,14 +82,21 @@ def main() -> int:
            srun("rt", DEFAULT, "-o", str(WORK / "no" / "dir" / "r.h5"), "--case", "small-bf16"), 3,
            "error on rank 0")
 
-    def fault(name, code, act, needle=None):
+    def fault(name, code, act, needle=None, race=None):
+        """race(exit, stderr): the outcome is Slurm's race, not the app's; tried once more."""
         mark = name.split()[0]
-        p = srun(mark, deck, "-o", report, "--watchdog", "3")
-        pids = tasks(mark, 2, p)
-        time.sleep(3.0)  # well into the timed layers
-        assert p.poll() is None, f"{name}: the run ended before the fault"
-        act(p, pids)
-        expect(name, p, code, needle)
+        for attempt in (1, 2):
+            p = srun(mark, deck, "-o", report, "--watchdog", "3")
+            pids = tasks(mark, 2, p)
+            time.sleep(3.0)  # well into the timed layers
+            assert p.poll() is None, f"{name}: the run ended before the fault"
+            act(p, pids)
+            err = finish(p)
+            if attempt == 1 and race is not None and race(p.returncode, err):
+                print(f"  srun race {name}: exit {p.returncode}, tried once more; stderr:\n{err}", file=sys.stderr)
+                continue
+            expect(name, p, code, needle, err)
+            return
 
     fault("peer-timeout (SIGSTOP of task 1)", 4, lambda p, t: os.kill(t[1], signal.SIGSTOP), "did not arrive")
     fault("dead-peer (SIGKILL of task 1)", 137, lambda p, t: os.kill(t[1], signal.SIGKILL))
@@ -100,7 +107,11 @@ def main() -> int:
         p.send_signal(signal.SIGINT)  # the first only makes srun print the step's state
         time.sleep(0.3)
         p.send_signal(signal.SIGINT)  # the second, within a second, forwards SIGINT
-    fault("ctrl-c (two SIGINT to srun)", 130, ctrl_c_twice, "interrupted (while")
+    # srun forwards the second SIGINT and forces the step's end at once; the step's SIGKILL can
+    # reach a task before the forwarded SIGINT does (seen once in CI, on a loaded 2-core machine:
+    # exit 137, rank 0's "interrupted" line alone). Then a task never saw the signal: once more.
+    fault("ctrl-c (two SIGINT to srun)", 130, ctrl_c_twice, "interrupted (while",
+          race=lambda code, err: code == 137 and err.count("interrupted (while") < 2)
     fault("sigterm-srun (SIGTERM to srun)", 137, lambda p, t: p.send_signal(signal.SIGTERM))
 
     def cancel(p, t):
