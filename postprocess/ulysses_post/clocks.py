@@ -5,7 +5,8 @@ power.draw,temperature.gpu,utilization.gpu,clocks_throttle_reasons.active --form
 -lms 200` into clocks.csv for the whole check, and stamps each step's log lines with its
 start and end ("=== NAME [HH:MM:SS]: command" and "=== NAME [HH:MM:SS]: PASS"). This puts
 the two side by side: per step and GPU, the samples while the GPU was busy (utilization at
-least --busy percent), the SM clock's median and 10th percentile, as MHz and as a share of
+least --busy percent), the SM clock's median and 10th percentile (stats.percentile, as every
+table here), as MHz and as a share of
 the highest SM clock sampled in the whole file (the boost the GPU reached), the power
 drawn, and the share of busy samples the driver held under its software power cap (reason
 bit 0x4) or a thermal or hardware slowdown (bits 0x8, 0x20, 0x40, 0x80).
@@ -21,13 +22,12 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import re
-import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from . import formats
+from . import formats, stats
 from .report import ReportError
 
 POWER_CAP = 0x4
@@ -118,13 +118,20 @@ def read_steps(paths: list[str], first: float) -> list[Step]:
     return sorted(set(steps), key=lambda s: (s.start, s.name))  # a step copied into two logs counts once
 
 
-def _p10(xs: list[float]) -> float:
-    xs = sorted(xs)
-    return xs[int(0.1 * (len(xs) - 1))]
+def top_clocks(samples: list[Sample]) -> dict[int, float]:
+    """Per GPU, the highest SM clock sampled (the boost it reached)."""
+    top: dict[int, float] = {}
+    for s in samples:
+        top[s.gpu] = max(top.get(s.gpu, 0.0), s.sm_mhz)
+    return top
 
 
-def rows(samples: list[Sample], steps: list[Step], busy: float) -> list[dict]:
-    top = {g: max(s.sm_mhz for s in samples if s.gpu == g) for g in {s.gpu for s in samples}}
+def _share(busy: list[Sample], bits: int) -> float:
+    """The share of the busy samples with any of these throttle-reason bits set (NaN: none busy)."""
+    return sum(1 for s in busy if s.reasons & bits) / len(busy) if busy else float("nan")
+
+
+def rows(samples: list[Sample], steps: list[Step], busy: float, top: dict[int, float]) -> list[dict]:
     out = []
     for st in steps:
         for g in sorted(top):
@@ -132,14 +139,12 @@ def rows(samples: list[Sample], steps: list[Step], busy: float) -> list[dict]:
             b = [s for s in w if s.util >= busy]
             sm = [s.sm_mhz for s in b]
             pw = [s.power_w for s in b]
-            nan = float("nan")
             out.append({
                 "step": st.name, "gpu": g, "seconds": st.end - st.start, "samples": len(w), "busy": len(b),
-                "sm_mhz_median": statistics.median(sm) if sm else nan, "sm_mhz_p10": _p10(sm) if sm else nan,
-                "sm_share_median": statistics.median(sm) / top[g] if sm else nan,
-                "power_w_median": statistics.median(pw) if pw else nan, "power_w_max": max(pw) if pw else nan,
-                "power_capped": sum(1 for s in b if s.reasons & POWER_CAP) / len(b) if b else nan,
-                "slowdown": sum(1 for s in b if s.reasons & SLOWDOWN) / len(b) if b else nan,
+                "sm_mhz_median": stats.median(sm), "sm_mhz_p10": stats.percentile(sm, 10),
+                "sm_share_median": stats.median(sm) / top[g],
+                "power_w_median": stats.median(pw), "power_w_max": max(pw, default=float("nan")),
+                "power_capped": _share(b, POWER_CAP), "slowdown": _share(b, SLOWDOWN),
             })
     return out
 
@@ -149,12 +154,12 @@ def write(csv_path: str, logs: list[str], busy: float, fmt: str, out: TextIO = s
     steps = read_steps(logs, min(s.t for s in samples))
     if not steps:
         raise ReportError("no stamped steps ('=== NAME [HH:MM:SS]: ...') in " + ", ".join(logs))
-    rs = rows(samples, steps, busy)
+    top = top_clocks(samples)
+    rs = rows(samples, steps, busy, top)
     if formats.write_records(fmt, FIELDS, rs, out):
         return
-    top = ", ".join(f"GPU {g}: {max(s.sm_mhz for s in samples if s.gpu == g):.0f} MHz"
-                    for g in sorted({s.gpu for s in samples}))
-    print(f"highest SM clock sampled: {top}; busy: utilization >= {busy:g}%; capped: share of busy samples "
+    tops = ", ".join(f"GPU {g}: {mhz:.0f} MHz" for g, mhz in sorted(top.items()))
+    print(f"highest SM clock sampled: {tops}; busy: utilization >= {busy:g}%; capped: share of busy samples "
           f"under the SW power cap; slowdown: thermal or HW", file=out)
     print(f"{'step':44} {'gpu':>3} {'s':>5} {'busy':>5} {'SM MHz':>7} {'p10':>6} {'of top':>6} {'W med':>6} "
           f"{'W max':>6} {'capped':>6} {'slow':>5}", file=out)
