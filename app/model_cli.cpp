@@ -16,6 +16,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/error.hpp"
@@ -53,6 +54,7 @@ struct Options {
   std::vector<std::string> group_args;                       // MEASURED=NAME
   std::map<std::string, std::string> group;                  // measured report -> the group left out with it
   std::vector<std::string> timed_events;  // measured reports whose code recorded every event timed
+  int jobs = 0;  // calibrate, loo: threads replaying the cases (0: one per hardware thread)
 };
 
 // --rates of predict and ops (calibrate, validate and loo say more: the fitted file keeps them).
@@ -108,6 +110,11 @@ void declare(CLI::App& app, Options& o) {
                   "one deck on one machine, measured at different code: each would all but predict the other); "
                   "calibrate and validate ignore it (repeatable)")
         ->type_name("MEASURED=NAME");
+    if (std::string(sub.name) != "validate")
+      c->add_option("--jobs", o.jobs,
+                    "threads replaying the cases during the fit (the fit is the same at any number) "
+                    "[default: one per hardware thread]")
+          ->check(CLI::Range(1, 1024));
     if (std::string(sub.name) == "calibrate") {
       c->add_option("--without", o.without, "leave this measured report out of the fit (repeatable)")
           ->type_name("MEASURED");
@@ -573,6 +580,7 @@ int model_command(int argc, char** argv) {
   if (o.command == "predict") return model_predict(o.predict_reports, base, o.output);
   if (o.command == "ops") return print_ops(o.predict_reports, o.op_runs, base);
   const std::vector<Joined> joined = join_pairs(o);
+  const int jobs = o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
   if (o.command == "calibrate") {
     std::set<std::string> skip(o.without.begin(), o.without.end());
@@ -580,7 +588,7 @@ int model_command(int argc, char** argv) {
     for (const auto& p : o.pairs)
       if (!skip.count(p.first)) from += (from.empty() ? "" : ", ") + base_name(p.first);
     model::FitResult fit =
-        model::calibrate(replays(joined, skip), base, kNumStages, "ulysses-ipc model calibrate on " + today() + " to " + from);
+        model::calibrate(replays(joined, skip), base, kNumStages, "ulysses-ipc model calibrate on " + today() + " to " + from, jobs);
     std::ofstream out(o.output);
     out << model::machine_to_json(fit.machine);
     out.close();
@@ -619,7 +627,7 @@ int model_command(int argc, char** argv) {
     std::string names;
     for (const auto& p : o.pairs)
       if (group_of(p.first) == g && left_out.insert(p.first).second) names += (names.empty() ? "" : " + ") + base_name(p.first);
-    model::FitResult fit = model::calibrate(replays(joined, left_out), base, kNumStages, "all but " + names);
+    model::FitResult fit = model::calibrate(replays(joined, left_out), base, kNumStages, "all but " + names, jobs);
     std::fprintf(stderr, "loo: without %s: rms log error %.4f on the others (%d replays)\n", names.c_str(),
                  std::sqrt(fit.objective), fit.evaluations);
     for (const Joined& j : joined)

@@ -3,19 +3,26 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
+#include <thread>
 
 #include "base/error.hpp"
 
 namespace uipc::model {
 
-std::vector<double> modeled_stages(const ReplayCase& c, const Machine& machine, int num_stages) {
-  Machine own;
-  if (!c.norm_rope.empty()) {
-    own = machine;
-    own.norm_rope = c.norm_rope;
-  }
-  const Machine& m = c.norm_rope.empty() ? machine : own;
+namespace {
+
+// The machine a case replays on: `machine` itself, or a copy with the case's own norm+RoPE
+// profile (the code that measured it).
+Machine with_own_profile(const ReplayCase& c, const Machine& machine) {
+  Machine own = machine;
+  if (!c.norm_rope.empty()) own.norm_rope = c.norm_rope;
+  return own;
+}
+
+// modeled_stages on the machine the case replays on (with_own_profile's, already made).
+std::vector<double> stages_on(const ReplayCase& c, const Machine& m, int num_stages) {
   Timeline tl = simulate(c.traces, m, c.issue);
   std::vector<double> crit(num_stages, -std::numeric_limits<double>::infinity());
   std::vector<bool> timed(num_stages, false);  // a stage without terms was not timed (--stage-timing off)
@@ -35,35 +42,92 @@ std::vector<double> modeled_stages(const ReplayCase& c, const Machine& machine, 
   return crit;
 }
 
+}  // namespace
+
+std::vector<double> modeled_stages(const ReplayCase& c, const Machine& machine, int num_stages) {
+  if (c.norm_rope.empty()) return stages_on(c, machine, num_stages);
+  return stages_on(c, with_own_profile(c, machine), num_stages);
+}
+
 namespace {
 
+bool same_profile(const std::vector<NormRopePoint>& a, const std::vector<NormRopePoint>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const NormRopePoint& x, const NormRopePoint& y) {
+    return x.norm == y.norm && x.dtype == y.dtype && x.head_dim == y.head_dim && x.gbs == y.gbs;
+  });
+}
+
+// The mean squared log ratio of modelled to measured stages over every case, at a point u of
+// the unit box. Each case replays on the machine of its norm+RoPE profile, made once (one per
+// distinct profile; set() moves the free parameters of all of them), not copied per replay.
+// The cases are shared among `jobs` threads; each case's sum is kept apart and they are added
+// in case order, so the value is the same, bit for bit, at any number of threads.
 struct Objective {
   const std::vector<ReplayCase>& cases;
-  Machine machine;
   std::vector<std::string> names;  // the free parameters, in order
   int num_stages;
+  int jobs = 1;
+  std::vector<Machine> machines;   // [0]: the start machine; then one per distinct own profile
+  std::vector<size_t> machine_of;  // [case]
   int evaluations = 0;
 
-  void set(const std::vector<double>& u) {
-    for (size_t i = 0; i < names.size(); ++i) {
-      Param& p = machine.params.at(names[i]);
-      p.value = p.lo + std::clamp(u[i], 0.0, 1.0) * (p.hi - p.lo);
+  Objective(const std::vector<ReplayCase>& cs, const Machine& start, int stages, int threads)
+      : cases(cs), num_stages(stages), jobs(std::max(1, threads)), machines{start} {
+    for (const ReplayCase& c : cases) {
+      size_t m = 0;
+      if (!c.norm_rope.empty()) {
+        m = 1;
+        while (m < machines.size() && !same_profile(machines[m].norm_rope, c.norm_rope)) ++m;
+        if (m == machines.size()) machines.push_back(with_own_profile(c, start));
+      }
+      machine_of.push_back(m);
     }
+  }
+  Machine& machine() { return machines.front(); }
+
+  void set(const std::vector<double>& u) {
+    for (Machine& mc : machines)
+      for (size_t i = 0; i < names.size(); ++i) {
+        Param& p = mc.params.at(names[i]);
+        p.value = p.lo + std::clamp(u[i], 0.0, 1.0) * (p.hi - p.lo);
+      }
   }
   double operator()(const std::vector<double>& u) {
     ++evaluations;
     set(u);
-    double sum = 0;
-    int n = 0;
-    for (const ReplayCase& c : cases) {
-      const std::vector<double> m = modeled_stages(c, machine, num_stages);
+    std::vector<double> sums(cases.size(), 0.0);
+    std::vector<int> counts(cases.size(), 0);
+    auto replay = [&](size_t i) {
+      const ReplayCase& c = cases[i];
+      const std::vector<double> m = stages_on(c, machines[machine_of[i]], num_stages);
       for (int s = 0; s < num_stages; ++s) {
         if (!(c.measured[s] > 0) || !(m[s] > 0)) continue;
         const double e = std::log(m[s] / c.measured[s]);
-        sum += e * e;
-        ++n;
+        sums[i] += e * e;
+        ++counts[i];
       }
+    };
+    const size_t threads = std::min<size_t>(static_cast<size_t>(jobs), cases.size());
+    if (threads <= 1) {
+      for (size_t i = 0; i < cases.size(); ++i) replay(i);
+    } else {
+      std::vector<std::exception_ptr> failed(threads);
+      std::vector<std::thread> pool;
+      for (size_t t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+          try {
+            for (size_t i = t; i < cases.size(); i += threads) replay(i);
+          } catch (...) {
+            failed[t] = std::current_exception();
+          }
+        });
+      for (std::thread& th : pool) th.join();
+      for (const std::exception_ptr& e : failed)
+        if (e) std::rethrow_exception(e);
     }
+    double sum = 0;
+    int n = 0;
+    for (size_t i = 0; i < cases.size(); ++i) sum += sums[i], n += counts[i];
     // Leaving the box costs: the clamped point is evaluated, plus the distance out.
     double out = 0;
     for (double x : u) out += x < 0 ? -x : x > 1 ? x - 1 : 0;
@@ -128,9 +192,9 @@ std::vector<double> nelder_mead(Objective& f, std::vector<double> x0, double ste
 }  // namespace
 
 FitResult calibrate(const std::vector<ReplayCase>& cases, const Machine& start, int num_stages,
-                    const std::string& fitted_from) {
+                    const std::string& fitted_from, int jobs) {
   if (cases.empty()) throw InputError("calibrate: no measured runs to fit to");
-  Objective f{cases, start, {}, num_stages};
+  Objective f(cases, start, num_stages, jobs);
   std::vector<double> u;
   for (const auto& [name, p] : start.params)
     if (p.free) {
@@ -150,7 +214,7 @@ FitResult calibrate(const std::vector<ReplayCase>& cases, const Machine& start, 
   }
   f.set(u);
   FitResult r;
-  r.machine = f.machine;
+  r.machine = f.machine();
   for (const std::string& name : f.names) {
     Param& p = r.machine.params.at(name);
     // The box [lo, hi] lies inside the physical range (parse_machine), and the search

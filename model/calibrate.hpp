@@ -51,8 +51,9 @@ struct FitResult {
 // u in [0, 1] per parameter (value = lo + u (hi - lo)), evaluates only clamped points and
 // pays for leaving the box, so every fitted value stays inside [lo, hi], which
 // parse_machine keeps inside the parameter's physical range (micro-benchmark floors). `fitted_from` goes into
-// the fitted parameters' source.
+// the fitted parameters' source. The cases replay on `jobs` threads; the result does not
+// depend on their number.
 FitResult calibrate(const std::vector<ReplayCase>& cases, const Machine& start, int num_stages,
-                    const std::string& fitted_from);
+                    const std::string& fitted_from, int jobs = 1);
 
 }  // namespace uipc::model

@@ -159,6 +159,21 @@ def test_model_tools_replay_and_fit_against_a_stored_gpu_report(app, run, tmp_pa
         last = r.stdout.strip().splitlines()[-1]
         return float(last.split("worst ")[1].split("%")[0])
     assert worst(out) <= worst(start) + 1e-9
+    # The cases replay on --jobs threads, each on its own profile's machine (--bench): the
+    # fitted file is the same, byte for byte, at one thread and at three.
+    bench = REPO / "docs" / "measured" / "2026-11-29-h200x2" / "bench_kernels.h5"
+    fits = []
+    for jobs in ("1", "3"):
+        fits.append(tmp_path / f"fitted-jobs{jobs}.json")
+        j = subprocess.run([app, "model", "calibrate", "--machine", str(start), "--pair", pair, "--bench",
+                            f"{FLOOR}={bench}", "--jobs", jobs, "-o", str(fits[-1])],
+                           capture_output=True, text=True, timeout=300)
+        assert j.returncode == 0, j.stderr
+    assert fits[0].read_bytes() == fits[1].read_bytes()
+    assert json.loads(fits[0].read_text())["parameters"]["host_api_us"]["source"].startswith("fitted: ")
+    zero = subprocess.run([app, "model", "calibrate", "--pair", pair, "--jobs", "0", "-o", str(tmp_path / "z.json")],
+                          capture_output=True, text=True)
+    assert zero.returncode == 2 and "--jobs" in zero.stderr and not (tmp_path / "z.json").exists(), zero.stderr
     # Bad input: a trace report that is not from --mode model, a missing pair.
     bad = subprocess.run([app, "model", "validate", "--pair", f"{FLOOR}={FLOOR}"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--mode model" in bad.stderr
