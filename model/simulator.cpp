@@ -542,8 +542,15 @@ class Simulation {
       if (target.op->stream == op.stream) return std::max(s.start, target.end);
       // An event recorded behind a kernel or copy reaches a stream waiting on it later than
       // one recorded behind a stream wait (measured op by op on one H200, scripts/model_wake.py:
-      // 6.4-21.7 us against 1.2-1.3 us; bench_kernels' hop of 1.52 us is the latter kind).
-      return std::max(s.start, target.end + (behind_work_[s.rank][op.waits_for] ? std::max(r_.hop, r_.work_hop) : r_.hop));
+      // 6.4-21.7 us against 1.2-1.3 us, timed events all; bench_kernels' hop of 1.52 us is the
+      // latter kind). Not an ordering event waited on op by op: created without timing
+      // (cudaEventDisableTiming: "the best performance when used with cudaStreamWaitEvent",
+      // CUDA Runtime API), it takes the plain hop behind work too: the one-H200 FLUX layers at
+      // Ulysses1 of 9d2ed1a measured such a hop, a memory-op write and wait and a hop back at
+      // 7-8 us op by op, against 11-12 us replayed as a graph (there the record is an edge).
+      const bool ordering = target.op->dims[0] == 1;
+      const bool slow = behind_work_[s.rank][op.waits_for] && !(ordering && issue_ == Issue::kOpByOp);
+      return std::max(s.start, target.end + (slow ? std::max(r_.hop, r_.work_hop) : r_.hop));
     }
     if (op.kind == OpKind::kWaitValue) {
       // Words start at 0; then each write (before the trace or in it) raises them.

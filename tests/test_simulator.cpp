@@ -338,6 +338,32 @@ TEST(Simulator, AnEventBehindWorkReachesAWaitingStreamLaterThanOneBehindAWait) {
   EXPECT_NEAR(simulate(traces(b), m).ranks[0][w1].end_ms, 1.1, 1e-9);
 }
 
+// An ordering event (dims[0] 1: created without timing) recorded behind work reaches a
+// stream waiting on it op by op after the plain hop; replayed as a graph (an edge there), and
+// a timed one either way, after the work hop.
+TEST(Simulator, AnOrderingEventBehindWorkWakesAStreamOpByOpAfterThePlainHop) {
+  Machine m = simple_machine();
+  m.params.at("event_hop_us").value = 100;       // 0.1 ms
+  m.params.at("work_event_hop_us").value = 500;  // 0.5 ms
+  m.params.at("event_record_us").value = 0;
+  m.params.at("kernel_latency_us").value = 0;
+  auto b = ranks(1, 3);
+  b[0].kernel_norm(0, 1e9);                     // 0 -> 1 ms on stream 0
+  const int ord = b[0].record(0);
+  b[0].t.ops[static_cast<size_t>(ord)].dims[0] = 1;
+  const int timed = b[0].record(0);
+  const int w_ord = b[0].wait_event(1, ord);
+  const int w_timed = b[0].wait_event(2, timed);
+  for (Issue issue : {Issue::kOpByOp, Issue::kGraphReplay}) {
+    SCOPED_TRACE(issue == Issue::kOpByOp ? "op by op" : "graph");
+    Timeline tl = simulate(traces(b), m, issue);
+    const double done = tl.ranks[0][ord].end_ms;
+    EXPECT_NEAR(tl.ranks[0][timed].end_ms, done, 1e-9);
+    EXPECT_NEAR(tl.ranks[0][w_ord].end_ms, done + (issue == Issue::kOpByOp ? 0.1 : 0.5), 1e-9);
+    EXPECT_NEAR(tl.ranks[0][w_timed].end_ms, done + 0.5, 1e-9);
+  }
+}
+
 // A timed event record right after device work holds its stream event_record_us (its
 // timestamp; in a graph an external event-record node: bench_kernels' graph rows); one
 // behind another record, and an ordering one (dims[0] 1: an edge of a graph), hold nothing.
