@@ -5,6 +5,8 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <string>
+#include <system_error>
 #include <thread>
 
 #include "base/error.hpp"
@@ -113,14 +115,20 @@ struct Objective {
     } else {
       std::vector<std::exception_ptr> failed(threads);
       std::vector<std::thread> pool;
-      for (size_t t = 0; t < threads; ++t)
-        pool.emplace_back([&, t] {
-          try {
-            for (size_t i = t; i < cases.size(); i += threads) replay(i);
-          } catch (...) {
-            failed[t] = std::current_exception();
-          }
-        });
+      try {
+        for (size_t t = 0; t < threads; ++t)
+          pool.emplace_back([&, t] {
+            try {
+              for (size_t i = t; i < cases.size(); i += threads) replay(i);
+            } catch (...) {
+              failed[t] = std::current_exception();
+            }
+          });
+      } catch (const std::system_error& e) {  // no thread to be had: those started finish first
+        for (std::thread& th : pool) th.join();
+        throw RuntimeError(std::string("calibrate: cannot start a replay thread (--jobs ") + std::to_string(jobs) +
+                           "): " + e.what());
+      }
       for (std::thread& th : pool) th.join();
       for (const std::exception_ptr& e : failed)
         if (e) std::rethrow_exception(e);
