@@ -115,9 +115,10 @@ BUILD_LOG=$LOG/build.log
 : >"$BUILD_LOG"
 CONF=(cmake -S . -B build-gpu -DULYSSES_CUDA=ON -DULYSSES_TESTS=ON -DCMAKE_BUILD_TYPE=Release "${KOKKOS_ARGS[@]}")
 TARGETS=(test_cuda_kernels test_cuda_device bench_kernels)
-# Sections of the app alone (STEPS="ablations graphs", say) build the app alone: the device
-# time the tests' and the benchmark's compiles would take is not spent.
-want tests || want bench || want sanitize || TARGETS=(ulysses-ipc)
+# Sections of the app alone (STEPS="ablations graphs", say) build the app and bench_kernels
+# (its latency rows time the host beside the floor's runs): the device time the GPU tests'
+# compiles would take is not spent.
+want tests || want sanitize || TARGETS=(ulysses-ipc bench_kernels)
 built=0
 if run_step "configure" "$BUILD_LOG" 300 "${CONF[@]}" -DULYSSES_CUDNN_SDPA=ON; then
   if run_step "build (cuDNN SDPA on)" "$BUILD_LOG" 420 cmake --build build-gpu --target "${TARGETS[@]}" -j"$JOBS"; then
