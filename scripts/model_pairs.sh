@@ -109,3 +109,11 @@ for n in flux-2048-u1-ablations floor-u1; do
   PAIRS_H100+=(--pair "$M10/$n-e20d86f.h5=$T/$n-e20d86f.h5")
   FROM_REPORT+=("$M10/$n-e20d86f.h5")
 done
+# And the FLUX graphs decks at 888d75e on an H100 (docs/measured/2026-12-05-h100-888d75e), the
+# first run after the ordering-event rule (f8f0ebf), predicted before it ran by
+# docs/predictions-gpu-check-h100-f8f0ebf.md.
+M11=docs/measured/2026-12-05-h100-888d75e
+for n in graphs-flux-dev-1024-u1 graphs-flux-dev-2048-u1; do
+  PAIRS_H100+=(--pair "$M11/$n-888d75e.h5=$T/$n-888d75e.h5")
+  FROM_REPORT+=("$M11/$n-888d75e.h5")
+done
