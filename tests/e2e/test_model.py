@@ -326,6 +326,48 @@ def test_modelled_nccl_grows_with_peers_up_to_the_public_ceiling(app):
     assert big.returncode == 2 and "has 8 GPUs" in big.stderr
 
 
+def test_the_outside_world_table_holds_heads_modelled_figures(app):
+    """docs/model.md's table against public measurements: each modelled figure is what the
+    commands under it print at HEAD (to its last digit), and each ratio is modelled / measured,
+    so a change to the model or a machine file that moves them fails here until the table is
+    made again."""
+    doc = (REPO / "docs" / "model.md").read_text()
+    table = doc.split("## Against the outside world")[1].split("Made by:")[0]
+
+    def out(*args):
+        r = subprocess.run([app, "model", *args], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    def busbw(text, ranks):
+        return next(float(f[4]) for f in (ln.split() for ln in text.splitlines() if ln.strip()[:1].isdigit())
+                    if int(f[0]) == ranks and int(f[1]) == 1 << 30)
+    one = out("nccl", "--ranks", "2", "4", "8")
+    two = out("nccl", "--machine", "h200-2node", "--ranks", "16")
+    kern = out("kernel", "--machine", "h100-sxm", "--gemm", "8192,8192,8192", "--gemm", "4096,4096,4096",
+               "--attention", "1,16,16384,128", "--attention", "2,16,8192,128", "--attention", "4,16,4096,128")
+    rate = {ln.split(":")[0].split()[-1] if ln.startswith("gemm") else ln.split(":")[0].split(None, 1)[1]:
+            float(re.search(r"([\d.]+) TFLOP/s", ln).group(1)) for ln in kern.splitlines() if "TFLOP/s" in ln}
+    attention = [rate["B1 H16 S16384 D128"], rate["B2 H16 S8192 D128"], rate["B4 H16 S4096 D128"]]
+    gemm8k, gemm4k = rate["K8192"], rate["K4096"]
+    # (a cell naming the row's "what", the modelled figure HEAD gives); columns: what, source,
+    # measured, modelled, ratio, note.
+    expect = [("8 GPUs of one NVLink 4 node", busbw(one, 8)), ("4 GPUs of one node", busbw(one, 4)),
+              ("2 GPUs of one node", busbw(one, 2)), ("2 nodes x 8 GPUs", busbw(two, 16)),
+              ("B1 H16 S16384 D128", attention[0]), ("B2 H16 S8192 D128", attention[1]),
+              ("B4 H16 S4096 D128", attention[2]), ("H100 SXM, 8192^3", gemm8k), ("H100 SXM, 4096^3", gemm4k),
+              ("cuBLAS (CUDA 12.4)", gemm8k)]
+    rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in table.splitlines()
+            if ln.startswith("| ") and not ln.startswith("| what")]
+    for what, modelled in expect:
+        cols = next(c for c in rows if what in c[0])
+        shown = float(re.match(r"[\d.]+", cols[3]).group(0))
+        assert shown == pytest.approx(modelled, abs=0.051), (cols, modelled)
+        measured = re.search(r"[\d.]+", cols[2])
+        if measured:  # a public figure: the ratio is the modelled one's
+            assert float(cols[4]) == pytest.approx(round(modelled / float(measured.group(0)), 2), abs=0.0051), cols
+
+
 def test_model_predict_names_the_most_sensitive_parameter(app, run, tmp_path):
     """`model predict`: a replay equal to the run's own modelled stages, and a named
     parameter with a non-zero elasticity (an attention-bound layer: attention_scale)."""
