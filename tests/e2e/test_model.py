@@ -310,6 +310,12 @@ def test_each_report_is_replayed_with_its_own_codes_norm_rope_rate(app, run, tmp
     assert bad.returncode == 2 and "bench_kernels" in bad.stderr, bad.stderr
 
 
+def gb_busbw(stdout):
+    """`model nccl`'s 1-GB rows: ranks -> busbw (GB/s)."""
+    rows = (ln.split() for ln in stdout.splitlines() if ln.strip()[:1].isdigit())
+    return {int(f[0]): float(f[4]) for f in rows if int(f[1]) == 1 << 30}
+
+
 def test_modelled_nccl_grows_with_peers_up_to_the_public_ceiling(app):
     """`model nccl`: at 1 GB a rank, 2 ranks reach the fitted per-peer rate, 8 ranks the
     public ceiling (370 GB/s busbw on NVLink 4, nccl-tests#212); more ranks than the machine
@@ -318,7 +324,7 @@ def test_modelled_nccl_grows_with_peers_up_to_the_public_ceiling(app):
     assert r.returncode == 0, r.stderr
     assert "MODELLED" in r.stdout.splitlines()[0]
     m = json.loads((MACHINES / "h200-nvlink.json").read_text())["parameters"]
-    busbw = {int(f[0]): float(f[4]) for f in (ln.split() for ln in r.stdout.splitlines()[1:]) if int(f[1]) > 1e9}
+    busbw = gb_busbw(r.stdout)
     ceiling = m["link_gbs"]["value"] * m["nccl_link_fraction"]["value"]
     assert busbw[8] == pytest.approx(ceiling, rel=0.01)
     assert busbw[2] == pytest.approx(m["nccl_peer_gbs"]["value"], rel=0.01)
@@ -339,21 +345,18 @@ def test_the_outside_world_table_holds_heads_modelled_figures(app):
         assert r.returncode == 0, r.stderr
         return r.stdout
 
-    def busbw(text, ranks):
-        return next(float(f[4]) for f in (ln.split() for ln in text.splitlines() if ln.strip()[:1].isdigit())
-                    if int(f[0]) == ranks and int(f[1]) == 1 << 30)
-    one = out("nccl", "--ranks", "2", "4", "8")
-    two = out("nccl", "--machine", "h200-2node", "--ranks", "16")
+    one = gb_busbw(out("nccl", "--ranks", "2", "4", "8"))
+    two = gb_busbw(out("nccl", "--machine", "h200-2node", "--ranks", "16"))
     kern = out("kernel", "--machine", "h100-sxm", "--gemm", "8192,8192,8192", "--gemm", "4096,4096,4096",
                "--attention", "1,16,16384,128", "--attention", "2,16,8192,128", "--attention", "4,16,4096,128")
-    rate = {ln.split(":")[0].split()[-1] if ln.startswith("gemm") else ln.split(":")[0].split(None, 1)[1]:
-            float(re.search(r"([\d.]+) TFLOP/s", ln).group(1)) for ln in kern.splitlines() if "TFLOP/s" in ln}
+    # "gemm      M8192 N8192 K8192: 1.457 ms, 754.6 TFLOP/s": the shape -> TFLOP/s
+    rate = {m.group(1): float(m.group(2)) for m in re.finditer(r"^\w+\s+(.+?): .*?([\d.]+) TFLOP/s$", kern, re.M)}
     attention = [rate["B1 H16 S16384 D128"], rate["B2 H16 S8192 D128"], rate["B4 H16 S4096 D128"]]
-    gemm8k, gemm4k = rate["K8192"], rate["K4096"]
+    gemm8k, gemm4k = rate["M8192 N8192 K8192"], rate["M4096 N4096 K4096"]
     # (a cell naming the row's "what", the modelled figure HEAD gives); columns: what, source,
     # measured, modelled, ratio, note.
-    expect = [("8 GPUs of one NVLink 4 node", busbw(one, 8)), ("4 GPUs of one node", busbw(one, 4)),
-              ("2 GPUs of one node", busbw(one, 2)), ("2 nodes x 8 GPUs", busbw(two, 16)),
+    expect = [("8 GPUs of one NVLink 4 node", one[8]), ("4 GPUs of one node", one[4]),
+              ("2 GPUs of one node", one[2]), ("2 nodes x 8 GPUs", two[16]),
               ("B1 H16 S16384 D128", attention[0]), ("B2 H16 S8192 D128", attention[1]),
               ("B4 H16 S4096 D128", attention[2]), ("H100 SXM, 8192^3", gemm8k), ("H100 SXM, 4096^3", gemm4k),
               ("cuBLAS (CUDA 12.4)", gemm8k)]
