@@ -139,10 +139,10 @@ def rows(samples: list[Sample], steps: list[Step], busy: float, top: dict[int, f
             b = [s for s in w if s.util >= busy]
             sm = [s.sm_mhz for s in b]
             pw = [s.power_w for s in b]
+            med = stats.median(sm)
             out.append({
                 "step": st.name, "gpu": g, "seconds": st.end - st.start, "samples": len(w), "busy": len(b),
-                "sm_mhz_median": stats.median(sm), "sm_mhz_p10": stats.percentile(sm, 10),
-                "sm_share_median": stats.median(sm) / top[g],
+                "sm_mhz_median": med, "sm_mhz_p10": stats.percentile(sm, 10), "sm_share_median": med / top[g],
                 "power_w_median": stats.median(pw), "power_w_max": max(pw, default=float("nan")),
                 "power_capped": _share(b, POWER_CAP), "slowdown": _share(b, SLOWDOWN),
             })
