@@ -9,9 +9,8 @@
 # Prints the leave-one-out table (markdown) on stdout, ending with the per-report-and-stage
 # table and the summary line; writes the fitted machine only with --write (then re-derives
 # h100-sxm.json and the multi-node files from it). The fits replay their cases on every core
-# (`--jobs`, the same fit at any number): at 24 reports (456 runs) one fit takes about 7.4
-# minutes of one core (3.9 on 2 cores), so the 8 folds about half an hour on 2 cores and the
-# fit of --write 4 minutes more.
+# (`--jobs`, the same fit at any number): at 24 reports (456 runs, 21 free parameters) the 11
+# folds and the fit of --write took 20.8 minutes on 2 cores (2026-12-05).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 APP=${ULYSSES_IPC:-${BUILD_DIR:-build}/app/ulysses-ipc}
