@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 #include <thread>
@@ -1044,26 +1045,40 @@ TEST(Bootstrap, BoundedBarrierReleasesTheRanksTogether) {
   const int P = world_size(), me = world_rank();
   if (P < 2) GTEST_SKIP() << "needs 2 ranks or more";
   constexpr int kTrials = 15;
-  std::vector<double> skew_ms;
-  for (int trial = 0; trial < kTrials; ++trial) {
+  // One trial: the last rank arrives 5 to 12 ms late (the others have long been waiting),
+  // then `barrier` runs; the spread of the times the ranks leave it, ms.
+  auto release_skew_ms = [&](int trial, const std::function<void()>& barrier) {
     MPI_Barrier(MPI_COMM_WORLD);
-    // The last rank arrives 5 to 12 ms late: the others have long been waiting.
     if (me == P - 1) std::this_thread::sleep_for(std::chrono::milliseconds(5 + (trial * 3) % 8));
-    barrier_bounded(MPI_COMM_WORLD, 10.0, "the test barrier", /*spin_s=*/0.05);
+    barrier();
     // CLOCK_MONOTONIC: one clock for every process of the node.
     const int64_t left = std::chrono::duration_cast<std::chrono::nanoseconds>(
                              std::chrono::steady_clock::now().time_since_epoch()).count();
     std::vector<int64_t> all(static_cast<size_t>(P));
     MPI_Allgather(&left, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
-    skew_ms.push_back(static_cast<double>(*std::max_element(all.begin(), all.end()) -
-                                          *std::min_element(all.begin(), all.end())) * 1e-6);
+    return static_cast<double>(*std::max_element(all.begin(), all.end()) -
+                               *std::min_element(all.begin(), all.end())) * 1e-6;
+  };
+  // Ours and MPI's own barrier, trial by trial in turn, so both see the same machine: on a
+  // loaded one (4 ranks on 2 busy cores) the scheduler alone spreads the release by
+  // milliseconds, and MPI's barrier measures how much.
+  std::vector<double> ours, mpi;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    ours.push_back(release_skew_ms(
+        trial, [] { barrier_bounded(MPI_COMM_WORLD, 10.0, "the test barrier", /*spin_s=*/0.05); }));
+    mpi.push_back(release_skew_ms(trial, [] { MPI_Barrier(MPI_COMM_WORLD); }));
   }
-  // A rank descheduled just after its release (2 ranks on 2 busy cores) inflates that
-  // trial's skew; a barrier that polls slowly inflates every trial. So the fifth-best
-  // trial is judged: a third of the barriers must release within 0.3 ms.
-  std::sort(skew_ms.begin(), skew_ms.end());
-  EXPECT_LT(skew_ms[kTrials / 3], 0.3) << "fifth-smallest release skew over " << kTrials << " barriers, ms (median "
-                                       << skew_ms[kTrials / 2] << ", max " << skew_ms.back() << ")";
+  // A rank descheduled just after its release inflates that trial's skew; a barrier that
+  // polls slowly (naps between polls) inflates every trial. So the sixth-best trial is
+  // judged: within 0.3 ms plus twice MPI's sixth-best where the machine
+  // spreads even MPI's barrier (an idle machine: MPI's is some microseconds, the bound 0.3).
+  std::sort(ours.begin(), ours.end());
+  std::sort(mpi.begin(), mpi.end());
+  const double bound = 0.3 + 2 * mpi[kTrials / 3];
+  EXPECT_LT(ours[kTrials / 3], bound) << "sixth-smallest release skew over " << kTrials
+                                      << " barriers, ms (median " << ours[kTrials / 2] << ", max " << ours.back()
+                                      << "); MPI_Barrier's sixth-smallest " << mpi[kTrials / 3] << ", median "
+                                      << mpi[kTrials / 2];
 }
 
 // A rank that never takes part: the others get a PeerTimeout naming it, in bounded time.
