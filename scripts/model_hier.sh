@@ -57,7 +57,7 @@ Made by \`./scripts/model_predictions.sh\` (this part: scripts/model_hier.sh).
 Columns as in docs/predictions.md: the modelled critical path (slowest rank), ms, with its
 band from the leave-one-out spread; \`layer x\`: nccl.baseline's layer / this run's;
 \`scatter x\`: the nccl run's scatter / this run's, same schedule (above 1: hier faster);
-the most sensitive parameter and its elasticity. Written by scripts/model_predictions.sh. The cases keep their presets' names (\`.u8\`); the
+the layer's and the scatter's most sensitive parameters with their elasticities. Written by scripts/model_predictions.sh. The cases keep their presets' names (\`.u8\`); the
 Ulysses degree is the heading's. Where heads do not divide by the degree (24 heads over 16
 ranks), ranks with fewer heads finish attention early and wait in the gather: stage
 columns are each the slowest rank's and do not add up to the layer.

@@ -102,8 +102,11 @@ def main():
                "same schedule; `scatter ms over start skew +-20%`: the smallest and largest scatter replayed with the "
                "ranks' start skew (`start_skew_us`) 0.8 to 1.2 times the machine's: where the ranks' copies meet on the "
                "links moves with it, and a spread here is what the one figure cannot promise (docs/model.md, "
-               "\"Predictions\"); `most sensitive`: the machine parameter whose 5% step moves the layer most, with the "
-               "elasticity d log(layer) / d log(parameter): what to measure first on the real machine.", ""]
+               "\"Predictions\"); `layer most sensitive`: the machine parameter whose 5% step moves the layer most, with "
+               "the elasticity d log(layer) / d log(parameter), each side of the step the median of five replays at "
+               "0.8-1.2 times the start skew: what to measure first on the real machine; `scatter most sensitive`: the "
+               "same for the scatter, the figure a transport choice rests on (an elasticity beyond +-1 there is the "
+               "copies meeting on the links in another order, not physics: docs/model.md, \"Predictions\").", ""]
     for path in paths:
         rep = load_report(path)
         sens = predict.get(path, {})
@@ -111,8 +114,8 @@ def main():
             head = "| run | layer ms | scatter ms | norm_rope ms | attention ms | gather ms | layer x | scatter x |"
             rule = "|---|---|---|---|---|---|---|---|"
             if predict:
-                head += " scatter ms over start skew +-20% | most sensitive |"
-                rule += "---|---|"
+                head += " scatter ms over start skew +-20% | layer most sensitive | scatter most sensitive |"
+                rule += "---|---|---|"
             out += [f"## {case.name}: {case.shape}, Ulysses{case.degree}" + (f" x TP{case.tp}" if case.tp > 1 else "")
                     + f", {rep.world_size} GPUs", "", head, rule]
             crit = {r.name: r.traced.modeled_critical_ms() for r in case.runs}
@@ -132,7 +135,8 @@ def main():
                     if s is None:
                         raise SystemExit(f"{a.predict}: no run {case.name}/{r.name} of {path}")
                     lo, hi = s["skew_scatter_ms"]
-                    row += f" {lo:.3f}-{hi:.3f} | {s['sensitive']} ({s['elasticity']:+.2f}) |"
+                    row += (f" {lo:.3f}-{hi:.3f} | {s['sensitive']} ({s['elasticity']:+.2f}) | "
+                            f"{s['scatter_sensitive']} ({s['scatter_elasticity']:+.2f}) |")
                 out.append(row)
             out.append("")
     print("\n".join(out))

@@ -11,8 +11,10 @@
 namespace uipc {
 
 // Writes JSON to `out`: per report path, per "case/run", the modelled critical-path
-// stages (ms, the pipeline's stage order), and the parameter whose +5% step moves the
-// layer most, with its elasticity d log(layer) / d log(parameter). Returns the exit code.
+// stages (ms, the pipeline's stage order), the parameter whose +5% step moves the layer
+// most, with its elasticity d log(layer) / d log(parameter) ("sensitive", "elasticity"),
+// and the same for the scatter ("scatter_sensitive", "scatter_elasticity"). Returns the
+// exit code.
 int model_predict(const std::vector<std::string>& reports, const model::Machine& m, const std::string& out);
 
 }  // namespace uipc

@@ -4,6 +4,7 @@ reports modelled figures only, never claims parity and exits 5; --machine picks 
 machine (and a bad one is one clear error); `ulysses-ipc model` replays stored traces
 against the stored two-H200 reports and fits a machine to them."""
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -388,6 +389,32 @@ def test_model_predict_names_the_most_sensitive_parameter(app, run, tmp_path):
     _, _, t, _ = traced(rep, "hunyuanvideo-720p.u2", "ipc.baseline")
     assert got["stages_ms"][6] == pytest.approx(t["modeled_stage_ms"][:, 6].max(), rel=1e-6)
     assert got["sensitive"] == "attention_scale" and got["elasticity"] < -0.5
+    # The scatter's own: a copy-bound stage, moved by no attention parameter. Each side of
+    # the step is the median over start skews 0.8-1.2x the machine's: this test steps the
+    # named parameter 5% and scales the skew in machine files of its own.
+    name = got["scatter_sensitive"]
+    assert name not in ("", "attention_scale"), got
+    assert abs(got["scatter_elasticity"]) > 0.05, got
+    base_machine = json.loads((MACHINES / "h200-nvlink.json").read_text())
+    param = base_machine["parameters"][name]
+    f = 1.05 if param["value"] * 1.05 <= param["range"][1] else 1 / 1.05
+
+    def median_scatter(step):
+        out = []
+        for k in (0.8, 0.9, 1.0, 1.1, 1.2):
+            m = json.loads(json.dumps(base_machine))
+            m["parameters"][name]["value"] *= step
+            m["parameters"]["start_skew_us"]["value"] *= k
+            mfile, pfile = tmp_path / f"s{step}-{k}.json", tmp_path / f"s{step}-{k}.p.json"
+            mfile.write_text(json.dumps(m))
+            q = subprocess.run([app, "model", "predict", str(rep), "--machine", str(mfile), "-o", str(pfile)],
+                               capture_output=True, text=True)
+            assert q.returncode == 0, q.stderr
+            out.append(json.loads(pfile.read_text())[str(rep)]["hunyuanvideo-720p.u2/ipc.baseline"]["stages_ms"][2])
+        return sorted(out)[2]
+
+    assert math.log(median_scatter(f) / median_scatter(1.0)) / math.log(f) == pytest.approx(
+        got["scatter_elasticity"], rel=1e-6)
     # The layer and scatter over start skews 0.8-1.2x the machine's: the smallest and largest
     # of the run replayed on machine files whose start_skew_us this test scales itself.
     machine = json.loads((MACHINES / "h200-nvlink.json").read_text())
