@@ -3,8 +3,8 @@
 model reports (every figure MODELLED).
 Usage: predictions_table.py [--predict P.json --loo LOO.md --seconds S] MACHINE REPORT...
        predictions_table.py [...] --section MACHINE REPORT...   (one machine's tables, no page header)
---predict: `ulysses-ipc model predict` of the same reports (the most sensitive parameter
-of each run); --loo: the leave-one-out table (docs/model-loo.md), whose spread of layer and
+--predict: `ulysses-ipc model predict` of the same reports (each run's layer and scatter
+as medians over start skews, its most sensitive parameters); --loo: the leave-one-out table (docs/model-loo.md), whose spread of layer and
 scatter errors gives each figure its band. See scripts/model_predictions.sh."""
 import argparse
 import json
@@ -94,15 +94,17 @@ def main():
                f"Made from HEAD by `./scripts/model_predictions.sh`{took}, which also writes "
                "docs/predictions-hier.md; `ctest -R predictions_current` fails when this page differs from what "
                "HEAD's model gives for flux-dev-1024 (every transport and schedule, 4 and 8 ranks).", "",
-               "Columns: the modelled critical path (slowest rank) of the layer and of the scatter, ms, each with its "
-               f"band: the modelled figure divided by 1 + the 95th and 5th percentiles of the leave-one-out errors "
+               "Columns: the modelled critical path (slowest rank) of the layer and of the scatter, ms, the median of "
+               "five replays with the ranks' start skew (`start_skew_us`) at 0.8, 0.9, 1, 1.1 and 1.2 times the "
+               "machine's (one replay of a multi-rank scatter moves in steps with where the ranks' copies meet on the "
+               "links), each with its band: the modelled figure divided by 1 + the 95th and 5th percentiles of the leave-one-out errors "
                f"(docs/model-loo.md) of the {NEAREST} measured runs nearest to it in size (a long attention-bound "
                "layer takes the spread of long layers, a near-empty one that of the latency floors): where the model "
-               "ran short (or long) on every nearby run, the band lies above (or below) the figure itself; `layer x`: nccl.baseline's layer / this run's; `scatter x`: the nccl run's scatter / this run's, "
-               "same schedule; `scatter ms over start skew +-20%`: the smallest and largest scatter replayed with the "
-               "ranks' start skew (`start_skew_us`) 0.8 to 1.2 times the machine's: where the ranks' copies meet on the "
-               "links moves with it, and a spread here is what the one figure cannot promise (docs/model.md, "
-               "\"Predictions\"); `layer most sensitive`: the machine parameter whose 5% step moves the layer most, with "
+               "ran short (or long) on every nearby run, the band lies above (or below) the figure itself; `layer x`: nccl.baseline's layer / this run's; `scatter x`: "
+               "the nccl run's scatter / this run's, same schedule (both of medians); `norm_rope`, `attention`, "
+               "`gather`: one replay at the machine's skew; `scatter ms over start skew +-20%`: the smallest and "
+               "largest scatter of ten replays at 0.8 to 1.2 times the machine's skew: a spread here is what the "
+               "median cannot promise (docs/model.md, \"Predictions\"); `layer most sensitive`: the machine parameter whose 5% step moves the layer most, with "
                "the elasticity d log(layer) / d log(parameter), each side of the step the median of five replays at "
                "0.8-1.2 times the start skew: what to measure first on the real machine; `scatter most sensitive`: the "
                "same for the scatter, the figure a transport choice rests on (an elasticity beyond +-1 there is the "
@@ -119,21 +121,30 @@ def main():
             out += [f"## {case.name}: {case.shape}, Ulysses{case.degree}" + (f" x TP{case.tp}" if case.tp > 1 else "")
                     + f", {rep.world_size} GPUs", "", head, rule]
             crit = {r.name: r.traced.modeled_critical_ms() for r in case.runs}
-            base = crit.get("nccl.baseline")
+            # The layer and the scatter: with --predict, the median over start skews (one
+            # replay of a multi-rank scatter moves in steps with where the copies meet).
+            fig = {}
             for r in case.runs:
-                c = crit[r.name]
-                nccl = crit.get(f"nccl.{r.schedule}")
-                lx = f"{base[layer] / c[layer]:.3f}x" if base is not None else "-"
-                sx = f"{nccl[scatter] / c[scatter]:.2f}x" if nccl is not None else "-"
-                used = "" if r.transport_used == r.transport else f" (ran {r.transport_used})"
-                lcell = banded(c[layer], spread["layer"]) if spread else f"{c[layer]:.3f}"
-                scell = banded(c[scatter], spread["scatter"]) if spread else f"{c[scatter]:.3f}"
-                row = (f"| {r.name}{used} | {lcell} | {scell} | {c[STAGES.index('norm_rope')]:.3f} | "
-                       f"{c[STAGES.index('attention')]:.3f} | {c[STAGES.index('gather')]:.3f} | {lx} | {sx} |")
                 if predict:
                     s = sens.get(f"{case.name}/{r.name}")
                     if s is None:
                         raise SystemExit(f"{a.predict}: no run {case.name}/{r.name} of {path}")
+                    fig[r.name] = tuple(s["skew_median_ms"])
+                else:
+                    fig[r.name] = (crit[r.name][layer], crit[r.name][scatter])
+            base = fig.get("nccl.baseline")
+            for r in case.runs:
+                c, (lf, sf) = crit[r.name], fig[r.name]
+                nccl = fig.get(f"nccl.{r.schedule}")
+                lx = f"{base[0] / lf:.3f}x" if base is not None else "-"
+                sx = f"{nccl[1] / sf:.2f}x" if nccl is not None else "-"
+                used = "" if r.transport_used == r.transport else f" (ran {r.transport_used})"
+                lcell = banded(lf, spread["layer"]) if spread else f"{lf:.3f}"
+                scell = banded(sf, spread["scatter"]) if spread else f"{sf:.3f}"
+                row = (f"| {r.name}{used} | {lcell} | {scell} | {c[STAGES.index('norm_rope')]:.3f} | "
+                       f"{c[STAGES.index('attention')]:.3f} | {c[STAGES.index('gather')]:.3f} | {lx} | {sx} |")
+                if predict:
+                    s = sens[f"{case.name}/{r.name}"]
                     lo, hi = s["skew_scatter_ms"]
                     row += (f" {lo:.3f}-{hi:.3f} | {s['sensitive']} ({s['elasticity']:+.2f}) | "
                             f"{s['scatter_sensitive']} ({s['scatter_elasticity']:+.2f}) |")

@@ -128,7 +128,8 @@ int model_predict(const std::vector<std::string>& reports, const model::Machine&
       for (size_t s = 0; s < base.size(); ++s) j << (s ? ", " : "") << num(base[s]);
       j << "], \"world\": " << r.world << ", \"sensitive\": " << quoted(layer.name)
         << ", \"elasticity\": " << num(layer.elasticity) << ", \"scatter_sensitive\": " << quoted(scatter.name)
-        << ", \"scatter_elasticity\": " << num(scatter.elasticity) << ", \"skew_layer_ms\": [" << num(layer_lo) << ", " << num(layer_hi) << "], \"skew_scatter_ms\": ["
+        << ", \"scatter_elasticity\": " << num(scatter.elasticity) << ", \"skew_median_ms\": [" << num(layer_mid)
+        << ", " << num(scatter_mid) << "], \"skew_layer_ms\": [" << num(layer_lo) << ", " << num(layer_hi) << "], \"skew_scatter_ms\": ["
         << num(scatter_lo) << ", " << num(scatter_hi) << "]}";
       first = false;
     }

@@ -13,8 +13,10 @@ namespace uipc {
 // Writes JSON to `out`: per report path, per "case/run", the modelled critical-path
 // stages (ms, the pipeline's stage order), the parameter whose +5% step moves the layer
 // most, with its elasticity d log(layer) / d log(parameter) ("sensitive", "elasticity"),
-// and the same for the scatter ("scatter_sensitive", "scatter_elasticity"). Returns the
-// exit code.
+// and the same for the scatter ("scatter_sensitive", "scatter_elasticity"); the median layer
+// and scatter over five start skews, 0.8-1.2 times the machine's ("skew_median_ms"), and
+// the smallest and largest over ten ("skew_layer_ms", "skew_scatter_ms"). Returns the exit
+// code.
 int model_predict(const std::vector<std::string>& reports, const model::Machine& m, const std::string& out);
 
 }  // namespace uipc

@@ -420,6 +420,7 @@ def test_model_predict_names_the_most_sensitive_parameter(app, run, tmp_path):
     machine = json.loads((MACHINES / "h200-nvlink.json").read_text())
     skew = machine["parameters"]["start_skew_us"]["value"]
     layers, scatters = [got["stages_ms"][6]], [got["stages_ms"][2]]
+    five = {1.0: (got["stages_ms"][6], got["stages_ms"][2])}  # the median's skews
     for f in (0.8, 0.85, 0.9, 0.95, 0.975, 1.025, 1.05, 1.1, 1.15, 1.2):
         machine["parameters"]["start_skew_us"]["value"] = skew * f
         mfile, pfile = tmp_path / f"m{f}.json", tmp_path / f"p{f}.json"
@@ -430,8 +431,13 @@ def test_model_predict_names_the_most_sensitive_parameter(app, run, tmp_path):
         stages = json.loads(pfile.read_text())[str(rep)]["hunyuanvideo-720p.u2/ipc.baseline"]["stages_ms"]
         layers.append(stages[6])
         scatters.append(stages[2])
+        if f in (0.8, 0.9, 1.1, 1.2):
+            five[f] = (stages[6], stages[2])
     assert got["skew_layer_ms"] == pytest.approx([min(layers), max(layers)], rel=1e-9)
     assert got["skew_scatter_ms"] == pytest.approx([min(scatters), max(scatters)], rel=1e-9)
+    # The pages' layer and scatter: the median of the five replays at 0.8, 0.9, 1, 1.1, 1.2.
+    assert got["skew_median_ms"] == pytest.approx([sorted(v[0] for v in five.values())[2],
+                                                   sorted(v[1] for v in five.values())[2]], rel=1e-9)
 
 
 def test_model_ops_puts_each_measured_op_beside_its_replay(app):
