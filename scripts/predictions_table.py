@@ -97,7 +97,7 @@ def main():
                "Columns: the modelled critical path (slowest rank) of the layer and of the scatter, ms, the median of "
                "five replays with the ranks' start skew (`start_skew_us`) at 0.8, 0.9, 1, 1.1 and 1.2 times the "
                "machine's (one replay of a multi-rank scatter moves in steps with where the ranks' copies meet on the "
-               "links), each with its band: the modelled figure divided by 1 + the 95th and 5th percentiles of the leave-one-out errors "
+               "links; a `--mode model` run itself prints the one replay at the machine's skew), each with its band: the modelled figure divided by 1 + the 95th and 5th percentiles of the leave-one-out errors "
                f"(docs/model-loo.md) of the {NEAREST} measured runs nearest to it in size (a long attention-bound "
                "layer takes the spread of long layers, a near-empty one that of the latency floors): where the model "
                "ran short (or long) on every nearby run, the band lies above (or below) the figure itself; `layer x`: nccl.baseline's layer / this run's; `scatter x`: "
