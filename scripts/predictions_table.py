@@ -94,21 +94,24 @@ def main():
                f"Made from HEAD by `./scripts/model_predictions.sh`{took}, which also writes "
                "docs/predictions-hier.md; `ctest -R predictions_current` fails when this page differs from what "
                "HEAD's model gives for flux-dev-1024 (every transport and schedule, 4 and 8 ranks).", "",
-               "Columns: the modelled critical path (slowest rank) of the layer and of the scatter, ms, the median of "
-               "five replays with the ranks' start skew (`start_skew_us`) at 0.8, 0.9, 1, 1.1 and 1.2 times the "
-               "machine's (one replay of a multi-rank scatter moves in steps with where the ranks' copies meet on the "
-               "links; a `--mode model` run itself prints the one replay at the machine's skew), each with its band: the modelled figure divided by 1 + the 95th and 5th percentiles of the leave-one-out errors "
-               f"(docs/model-loo.md) of the {NEAREST} measured runs nearest to it in size (a long attention-bound "
-               "layer takes the spread of long layers, a near-empty one that of the latency floors): where the model "
-               "ran short (or long) on every nearby run, the band lies above (or below) the figure itself; `layer x`: nccl.baseline's layer / this run's; `scatter x`: "
-               "the nccl run's scatter / this run's, same schedule (both of medians); `norm_rope`, `attention`, "
+               "Columns: the modelled critical path (slowest rank) of the layer and of the scatter, ms, the "
+               "median of five replays with the ranks' start skew (`start_skew_us`) at 0.8, 0.9, 1, 1.1 and 1.2 "
+               "times the machine's (one replay of a multi-rank scatter moves in steps with where the ranks' "
+               "copies meet on the links; a `--mode model` run itself prints the one replay at the machine's "
+               "skew), each with its band: the modelled figure divided by 1 + the 95th and 5th percentiles of "
+               f"the leave-one-out errors (docs/model-loo.md) of the {NEAREST} measured runs nearest to it in "
+               "size (a long attention-bound layer takes the spread of long layers, a near-empty one that of the "
+               "latency floors): where the model ran short (or long) on every nearby run, the band lies above "
+               "(or below) the figure itself; `layer x`: nccl.baseline's layer / this run's; `scatter x`: the "
+               "nccl run's scatter / this run's, same schedule (both of medians); `norm_rope`, `attention`, "
                "`gather`: one replay at the machine's skew; `scatter ms over start skew +-20%`: the smallest and "
                "largest scatter of ten replays at 0.8 to 1.2 times the machine's skew: a spread here is what the "
-               "median cannot promise (docs/model.md, \"Predictions\"); `layer most sensitive`: the machine parameter whose 5% step moves the layer most, with "
-               "the elasticity d log(layer) / d log(parameter), each side of the step the median of five replays at "
-               "0.8-1.2 times the start skew: what to measure first on the real machine; `scatter most sensitive`: the "
-               "same for the scatter, the figure a transport choice rests on (an elasticity beyond +-1 there is the "
-               "copies meeting on the links in another order, not physics: docs/model.md, \"Predictions\").", ""]
+               "median cannot promise (docs/model.md, \"Predictions\"); `layer most sensitive`: the machine "
+               "parameter whose 5% step moves the layer most, with the elasticity d log(layer) / d "
+               "log(parameter), each side of the step the median of five replays at 0.8-1.2 times the start "
+               "skew: what to measure first on the real machine; `scatter most sensitive`: the same for the "
+               "scatter, the figure a transport choice rests on (an elasticity beyond +-1 there is the copies "
+               "meeting on the links in another order, not physics: docs/model.md, \"Predictions\").", ""]
     for path in paths:
         rep = load_report(path)
         sens = predict.get(path, {})

@@ -20,8 +20,11 @@ class FailuresOfThisRank : public ::testing::EmptyTestEventListener {
 
   void OnTestPartResult(const ::testing::TestPartResult& result) override {
     if (!result.failed()) return;
+    std::string message = result.message();  // every line of it tagged
+    for (size_t at = message.find('\n'); at != std::string::npos; at = message.find('\n', at + 1 + tag_.size()))
+      message.insert(at + 1, tag_);
     std::fprintf(stderr, "%s%s:%d: Failure\n%s%s\n", tag_.c_str(), result.file_name() ? result.file_name() : "?",
-                 result.line_number(), tag_.c_str(), result.message());
+                 result.line_number(), tag_.c_str(), message.c_str());
   }
 
   void OnTestEnd(const ::testing::TestInfo& info) override {

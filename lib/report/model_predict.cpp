@@ -1,12 +1,12 @@
-// Replays of --mode model reports with finite-difference sensitivities (lib/model_predict.hpp).
+// Replays of --mode model reports with finite-difference sensitivities (lib/report/model_predict.hpp).
 #include "lib/report/model_predict.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <utility>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "base/error.hpp"
 #include "lib/report/report.hpp"
@@ -129,8 +129,8 @@ int model_predict(const std::vector<std::string>& reports, const model::Machine&
       j << "], \"world\": " << r.world << ", \"sensitive\": " << quoted(layer.name)
         << ", \"elasticity\": " << num(layer.elasticity) << ", \"scatter_sensitive\": " << quoted(scatter.name)
         << ", \"scatter_elasticity\": " << num(scatter.elasticity) << ", \"skew_median_ms\": [" << num(layer_mid)
-        << ", " << num(scatter_mid) << "], \"skew_layer_ms\": [" << num(layer_lo) << ", " << num(layer_hi) << "], \"skew_scatter_ms\": ["
-        << num(scatter_lo) << ", " << num(scatter_hi) << "]}";
+        << ", " << num(scatter_mid) << "], \"skew_layer_ms\": [" << num(layer_lo) << ", " << num(layer_hi)
+        << "], \"skew_scatter_ms\": [" << num(scatter_lo) << ", " << num(scatter_hi) << "]}";
       first = false;
     }
     j << "}";
