@@ -84,6 +84,7 @@ def main():
         out = [f"Modelled on `{machine}` (inputs/machines/{machine}.json, git blob {blob(machine)}).", ""]
     else:
         took = f" ({a.seconds} s on 2 CPU cores)" if a.seconds else ""
+        described = json.load(open(f"inputs/machines/{machine}.json")).get("description", "")
         out = ["# Predictions before measurement (MODELLED)", "",
                f"Every figure below is **modelled** by the simulator (docs/model.md) on the machine `{machine}` "
                f"(inputs/machines/{machine}.json, git blob {blob(machine)}, as committed beside this file), from "
@@ -91,8 +92,10 @@ def main():
                "default deck) rewritten to nccl, nccl-ce, ipc, vmm and hier under every schedule (the ablations and "
                "the approximate hier-vmajor left out). No 4- or 8-GPU run existed when they were written: a later run "
                "with one GPU per rank tests the model, it must not tune it.", "",
-               f"Made from HEAD by `./scripts/model_predictions.sh`{took}, which also writes "
-               "docs/predictions-hier.md; `ctest -R predictions_current` fails when this page differs from what "
+               f"The machine: {described}", "",
+               f"Made from HEAD by `./scripts/model_predictions.sh`{took}, which writes every prediction page "
+               "(docs/predictions.md, docs/predictions-h100.md, docs/predictions-hier.md); "
+               "`ctest -R predictions_current` fails when this page differs from what "
                "HEAD's model gives for flux-dev-1024 (every transport and schedule, 4 and 8 ranks).", "",
                "Columns: the modelled critical path (slowest rank) of the layer and of the scatter, ms, the "
                "median of five replays with the ranks' start skew (`start_skew_us`) at 0.8, 0.9, 1, 1.1 and 1.2 "
