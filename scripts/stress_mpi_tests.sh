@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Hunts load-dependent failures of the MPI test binaries: each runs RUNS times at 4 ranks
-# beside HOGS busy loops (CI runs 4 ranks on 2 cores, next to another test). A failure on
-# any rank prints its own lines, tagged [rank k] (tests/test_main.cpp).
-#   ./scripts/stress_mpi_tests.sh [RUNS] [HOGS] [TEST...]   # defaults: 5 runs, 2 busy loops, every MPI binary
-# Needs a build (scripts/test.sh or cmake --build build). Logs: $OUT (default build/stress).
-# Exit 1 when any run failed.
+# Hunts load-dependent failures of the MPI tests: each 4-rank ctest test (label gpu left
+# out) runs RUNS times beside HOGS busy loops (CI runs 4 ranks on 2 cores, next to another
+# test). The tests run through ctest, with the environment and mpiexec flags they are
+# registered with (tests/CMakeLists.txt); a failure on any rank prints its own lines,
+# tagged [rank k] (tests/test_main.cpp).
+#   ./scripts/stress_mpi_tests.sh [RUNS] [HOGS] [TEST...]   # defaults: 5 runs, 2 busy loops, every 4-rank test
+# TEST: a ctest name (test_transport.np4). Needs a build (scripts/test.sh or cmake --build
+# build). Logs: $OUT (default build/stress). Exit 1 when any run failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-5}
@@ -14,10 +16,9 @@ BUILD=${BUILD_DIR:-build}
 OUT=${OUT:-$BUILD/stress}
 TESTS=("$@")
 if [[ ${#TESTS[@]} -eq 0 ]]; then
-  TESTS=(test_host_device_mpi test_transport test_simulator test_graphs test_tracing test_deck_wire)
+  mapfile -t TESTS < <(ctest --test-dir "$BUILD" -N -LE gpu -R '\.np4$' | sed -n 's/^ *Test *#[0-9]*: *//p')
 fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
-  OMPI_MCA_btl_vader_single_copy_mechanism=none
+[[ ${#TESTS[@]} -gt 0 ]] || { echo "stress: no 4-rank tests in $BUILD (build first)" >&2; exit 2; }
 mkdir -p "$OUT"
 hogs=()
 # shellcheck disable=SC2317  # run by the EXIT trap
@@ -29,17 +30,16 @@ for ((h = 0; h < HOGS; ++h)); do
 done
 failed=0
 for t in "${TESTS[@]}"; do
-  bin=$BUILD/tests/$t
-  [[ -x $bin ]] || { echo "stress: $bin not built" >&2; exit 2; }
   bad=0
   for ((i = 1; i <= RUNS; ++i)); do
     log=$OUT/$t.$i.log
-    if ! timeout 900 mpiexec --oversubscribe -np 4 "$bin" >"$log" 2>&1; then
+    if ! ctest --test-dir "$BUILD" -R "^${t//./\\.}\$" --output-on-failure >"$log" 2>&1 \
+      || ! grep -q "100% tests passed" "$log"; then
       bad=$((bad + 1))
       grep -E '^\[rank [0-9]+\] FAILED|\[  FAILED  \]' "$log" | sort -u | head -5 || true
     fi
   done
-  echo "stress: $t failed $bad of $RUNS at 4 ranks beside $HOGS busy loops (logs: $OUT/$t.*.log)"
+  echo "stress: $t failed $bad of $RUNS beside $HOGS busy loops (logs: $OUT/$t.*.log)"
   [[ $bad -eq 0 ]] || failed=1
 done
 exit $failed

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <utility>
 
@@ -47,17 +48,32 @@ struct Sensitivity {
   }
 };
 
-// The median layer and scatter of a run replayed with the machine's start skew times each
-// of kEnsemble (the ranks never leave the barrier alike; measured figures are medians).
-std::pair<double, double> skew_medians(const model::ReplayCase& c, const model::Machine& m) {
-  constexpr double kEnsemble[] = {0.8, 0.9, 1.0, 1.1, 1.2};
-  std::vector<double> layers, scatters;
-  for (double f : kEnsemble) {
+// Start skews, as factors of the machine's start_skew_us: no two layers leave the barrier
+// alike, and where a multi-rank scatter's copies meet on the links moves with the skew.
+// kMedianSkews give a figure (measured figures are medians over layers); kRangeSkews, a
+// superset, the range beside it.
+constexpr double kMedianSkews[] = {0.8, 0.9, 1.0, 1.1, 1.2};
+constexpr double kRangeSkews[] = {0.8, 0.85, 0.9, 0.95, 0.975, 1.0, 1.025, 1.05, 1.1, 1.15, 1.2};
+
+// The run's modelled stages with start_skew_us times each factor, by factor.
+template <size_t N>
+std::map<double, std::vector<double>> over_skews(const model::ReplayCase& c, const model::Machine& m,
+                                                 const double (&factors)[N]) {
+  std::map<double, std::vector<double>> by_skew;
+  for (double f : factors) {
     model::Machine moved = m;
     moved.params.at("start_skew_us").value *= f;
-    const std::vector<double> s = model::modeled_stages(c, moved, kNumStages);
-    layers.push_back(s[kStageLayer]);
-    scatters.push_back(s[kStageScatter]);
+    by_skew[f] = model::modeled_stages(c, moved, kNumStages);
+  }
+  return by_skew;
+}
+
+// The median layer and scatter over kMedianSkews of replays made at (at least) those skews.
+std::pair<double, double> skew_medians(const std::map<double, std::vector<double>>& by_skew) {
+  std::vector<double> layers, scatters;
+  for (double f : kMedianSkews) {
+    layers.push_back(by_skew.at(f)[kStageLayer]);
+    scatters.push_back(by_skew.at(f)[kStageScatter]);
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -76,8 +92,6 @@ std::string num(double v) {
 
 int model_predict(const std::vector<std::string>& reports, const model::Machine& m, const std::string& out) {
   constexpr double kStep = 1.05;
-  // start_skew_us x these (its fitted value is one layer's; 0.8-1.2: 35-52 us on h200-nvlink).
-  constexpr double kSkewFactors[] = {0.8, 0.85, 0.9, 0.95, 0.975, 1.025, 1.05, 1.1, 1.15, 1.2};
   std::ostringstream j;
   j << "{";
   for (size_t ri = 0; ri < reports.size(); ++ri) {
@@ -93,13 +107,16 @@ int model_predict(const std::vector<std::string>& reports, const model::Machine&
       c.traces = r.traces;
       c.terms = r.stage_terms;
       c.issue = r.graph_replay ? model::Issue::kGraphReplay : model::Issue::kOpByOp;
-      const std::vector<double> base = model::modeled_stages(c, m, kNumStages);
+      // The run at every skew of the range, once: the figure at the machine's own skew, the
+      // medians and the range all come from these replays.
+      const std::map<double, std::vector<double>> by_skew = over_skews(c, m, kRangeSkews);
+      const std::vector<double>& base = by_skew.at(1.0);
+      const auto [layer_mid, scatter_mid] = skew_medians(by_skew);
       // The layer's and the scatter's most sensitive parameter: a transport choice rests on
       // the scatter, whose parameter is often not the layer's. Each side of a step is the
-      // median over start skews (kEnsemble): one replay of a multi-rank scatter jumps by
-      // +-12% for a 3% step of a microsecond latency (the ranks' copies meet on the links in
-      // another order), and a step that lands on such a jump would name a parameter by it.
-      const auto [layer_mid, scatter_mid] = skew_medians(c, m);
+      // median over start skews: one replay of a multi-rank scatter jumps by +-12% for a 3%
+      // step of a microsecond latency (the ranks' copies meet on the links in another
+      // order), and a step that lands on such a jump would name a parameter by it.
       Sensitivity layer, scatter;
       for (const auto& [name, p] : m.params) {
         if (!sensitivity_candidate(name, p)) continue;
@@ -107,22 +124,17 @@ int model_predict(const std::vector<std::string>& reports, const model::Machine&
         model::Param& q = moved.params.at(name);
         const double f = p.value * kStep <= p.range_hi ? kStep : 1 / kStep;
         q.value = p.value * f;
-        const auto [l, s] = skew_medians(c, moved);
+        const auto [l, sc] = skew_medians(over_skews(c, moved, kMedianSkews));
         layer.offer(name, l, layer_mid, f);
-        scatter.offer(name, s, scatter_mid, f);
+        scatter.offer(name, sc, scatter_mid, f);
       }
-      // The ranks' start skew: no two layers leave the barrier alike, and the replayed
-      // copies meet on the links in an order that moves with it (a U8 ipc scatter by up to
-      // 8% for 0.5 us of start_skew_us): the layer and scatter over skews within
-      // kSkewFactors of the machine's, beside the one figure.
+      // The layer and scatter over the whole range of skews, beside the figure (a U8 ipc
+      // scatter moves by up to 8% for 0.5 us of start_skew_us).
       double layer_lo = base[kStageLayer], layer_hi = layer_lo, scatter_lo = base[kStageScatter],
              scatter_hi = scatter_lo;
-      for (double f : kSkewFactors) {
-        model::Machine moved = m;
-        moved.params.at("start_skew_us").value *= f;
-        const std::vector<double> s = model::modeled_stages(c, moved, kNumStages);
-        layer_lo = std::min(layer_lo, s[kStageLayer]), layer_hi = std::max(layer_hi, s[kStageLayer]);
-        scatter_lo = std::min(scatter_lo, s[kStageScatter]), scatter_hi = std::max(scatter_hi, s[kStageScatter]);
+      for (const auto& [f, st] : by_skew) {
+        layer_lo = std::min(layer_lo, st[kStageLayer]), layer_hi = std::max(layer_hi, st[kStageLayer]);
+        scatter_lo = std::min(scatter_lo, st[kStageScatter]), scatter_hi = std::max(scatter_hi, st[kStageScatter]);
       }
       j << (first ? "\n  " : ",\n  ") << quoted(r.case_name + "/" + r.run_name) << ": {\"stages_ms\": [";
       for (size_t s = 0; s < base.size(); ++s) j << (s ? ", " : "") << num(base[s]);

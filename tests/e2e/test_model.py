@@ -389,55 +389,45 @@ def test_model_predict_names_the_most_sensitive_parameter(app, run, tmp_path):
     _, _, t, _ = traced(rep, "hunyuanvideo-720p.u2", "ipc.baseline")
     assert got["stages_ms"][6] == pytest.approx(t["modeled_stage_ms"][:, 6].max(), rel=1e-6)
     assert got["sensitive"] == "attention_scale" and got["elasticity"] < -0.5
-    # The scatter's own: a copy-bound stage, moved by no attention parameter. Each side of
-    # the step is the median over start skews 0.8-1.2x the machine's: this test steps the
-    # named parameter 5% and scales the skew in machine files of its own.
-    name = got["scatter_sensitive"]
-    assert name not in ("", "attention_scale"), got
-    assert abs(got["scatter_elasticity"]) > 0.05, got
-    base_machine = json.loads((MACHINES / "h200-nvlink.json").read_text())
-    param = base_machine["parameters"][name]
-    f = 1.05 if param["value"] * 1.05 <= param["range"][1] else 1 / 1.05
-
-    def median_scatter(step):
-        out = []
-        for k in (0.8, 0.9, 1.0, 1.1, 1.2):
-            m = json.loads(json.dumps(base_machine))
-            m["parameters"][name]["value"] *= step
-            m["parameters"]["start_skew_us"]["value"] *= k
-            mfile, pfile = tmp_path / f"s{step}-{k}.json", tmp_path / f"s{step}-{k}.p.json"
-            mfile.write_text(json.dumps(m))
-            q = subprocess.run([app, "model", "predict", str(rep), "--machine", str(mfile), "-o", str(pfile)],
-                               capture_output=True, text=True)
-            assert q.returncode == 0, q.stderr
-            out.append(json.loads(pfile.read_text())[str(rep)]["hunyuanvideo-720p.u2/ipc.baseline"]["stages_ms"][2])
-        return sorted(out)[2]
-
-    assert math.log(median_scatter(f) / median_scatter(1.0)) / math.log(f) == pytest.approx(
-        got["scatter_elasticity"], rel=1e-6)
-    # The layer and scatter over start skews 0.8-1.2x the machine's: the smallest and largest
-    # of the run replayed on machine files whose start_skew_us this test scales itself.
     machine = json.loads((MACHINES / "h200-nvlink.json").read_text())
-    skew = machine["parameters"]["start_skew_us"]["value"]
-    layers, scatters = [got["stages_ms"][6]], [got["stages_ms"][2]]
-    five = {1.0: (got["stages_ms"][6], got["stages_ms"][2])}  # the median's skews
-    for f in (0.8, 0.85, 0.9, 0.95, 0.975, 1.025, 1.05, 1.1, 1.15, 1.2):
-        machine["parameters"]["start_skew_us"]["value"] = skew * f
-        mfile, pfile = tmp_path / f"m{f}.json", tmp_path / f"p{f}.json"
-        mfile.write_text(json.dumps(machine))
+
+    def stages(skew_factor, param=None, step=1.0):
+        """The run's stages replayed by `model predict` on a machine file this test writes:
+        start_skew_us times skew_factor, `param` times step."""
+        m = json.loads(json.dumps(machine))
+        if param:
+            m["parameters"][param]["value"] *= step
+        m["parameters"]["start_skew_us"]["value"] *= skew_factor  # after the step, as model predict does
+        tag = f"{param}-{step}-{skew_factor}"
+        mfile, pfile = tmp_path / f"m-{tag}.json", tmp_path / f"p-{tag}.json"
+        mfile.write_text(json.dumps(m))
         q = subprocess.run([app, "model", "predict", str(rep), "--machine", str(mfile), "-o", str(pfile)],
                            capture_output=True, text=True)
         assert q.returncode == 0, q.stderr
-        stages = json.loads(pfile.read_text())[str(rep)]["hunyuanvideo-720p.u2/ipc.baseline"]["stages_ms"]
-        layers.append(stages[6])
-        scatters.append(stages[2])
-        if f in (0.8, 0.9, 1.1, 1.2):
-            five[f] = (stages[6], stages[2])
+        return json.loads(pfile.read_text())[str(rep)]["hunyuanvideo-720p.u2/ipc.baseline"]["stages_ms"]
+
+    # The layer and scatter over start skews 0.8-1.2x the machine's: the smallest and largest
+    # of the run replayed on machine files whose start_skew_us this test scales itself.
+    by_skew = {1.0: got["stages_ms"]}
+    for f in (0.8, 0.85, 0.9, 0.95, 0.975, 1.025, 1.05, 1.1, 1.15, 1.2):
+        by_skew[f] = stages(f)
+    layers, scatters = [v[6] for v in by_skew.values()], [v[2] for v in by_skew.values()]
     assert got["skew_layer_ms"] == pytest.approx([min(layers), max(layers)], rel=1e-9)
     assert got["skew_scatter_ms"] == pytest.approx([min(scatters), max(scatters)], rel=1e-9)
     # The pages' layer and scatter: the median of the five replays at 0.8, 0.9, 1, 1.1, 1.2.
-    assert got["skew_median_ms"] == pytest.approx([sorted(v[0] for v in five.values())[2],
-                                                   sorted(v[1] for v in five.values())[2]], rel=1e-9)
+    five = (0.8, 0.9, 1.0, 1.1, 1.2)
+    mid_scatter = sorted(by_skew[k][2] for k in five)[2]
+    assert got["skew_median_ms"] == pytest.approx([sorted(by_skew[k][6] for k in five)[2], mid_scatter], rel=1e-9)
+    # The scatter's own most sensitive parameter: a copy-bound stage, moved by no attention
+    # parameter. Each side of the step is the median over the same five skews: this test
+    # steps the named parameter 5% itself.
+    name = got["scatter_sensitive"]
+    assert name not in ("", "attention_scale"), got
+    assert abs(got["scatter_elasticity"]) > 0.05, got
+    param = machine["parameters"][name]
+    f = 1.05 if param["value"] * 1.05 <= param["range"][1] else 1 / 1.05
+    stepped = sorted(stages(k, name, f)[2] for k in five)[2]
+    assert math.log(stepped / mid_scatter) / math.log(f) == pytest.approx(got["scatter_elasticity"], rel=1e-6)
 
 
 def test_model_ops_puts_each_measured_op_beside_its_replay(app):
