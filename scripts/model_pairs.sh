@@ -117,3 +117,13 @@ for n in graphs-flux-dev-1024-u1 graphs-flux-dev-2048-u1; do
   PAIRS_H100+=(--pair "$M11/$n-888d75e.h5=$T/$n-888d75e.h5")
   FROM_REPORT+=("$M11/$n-888d75e.h5")
 done
+# One H200 at d658c00 (docs/measured/2026-12-06-h200-d658c00), stored after h200-nvlink.json last
+# changed (0754f66) and predicted before it ran by docs/predictions-gpu-check-h200-d658c00.md:
+# out of sample, never in PAIRS. The floor as graphs and op by op, every stage timed and timed as a
+# whole (its lean report pairs its layer only); no --bench: the machine file's own rates.
+M12=docs/measured/2026-12-06-h200-d658c00
+PAIRS_H200_NEW=()
+for n in graphs-floor-u1 graphs-floor-u1-lean; do
+  PAIRS_H200_NEW+=(--pair "$M12/$n-d658c00.h5=$T/$n-d658c00.h5")
+  FROM_REPORT+=("$M12/$n-d658c00.h5")
+done
