@@ -19,7 +19,9 @@
 //    export + import + map and close, and a first copy into a fresh mapping;
 //  - latency floor: the parts of a scatter's fixed cost (event hop between streams,
 //    stream-memory-op round trip, a small copy, and the host's cost to enqueue each), and
-//    what a graph's nodes cost (a kernel, an event record, a hop between streams);
+//    what a graph's nodes cost (a kernel, an event record, a hop between streams), and the
+//    latency floor deck's own ops (GEMMs, norm+RoPE, attention, conversion, copy) as graph
+//    nodes, op by op, and in host enqueue;
 //  - with two GPUs or more, the peer link in the Ulysses2 scatter's shape;
 //  - nccl: with two GPUs or more, NCCL's all-to-all on 2..N of them, 1 KB .. 1 GB
 //    (benchmarks/bench_nccl.cpp, like nccl-tests' alltoall_perf).
@@ -691,6 +693,39 @@ void latency_rows(Device& dev, std::vector<Row>& rows) {
 constexpr int kGraphKernels = 20;
 constexpr int kGraphLaunches = 20;
 
+// GPU time per op of `issue` (kGraphKernels ops on stream a): issued op by op `chains` times
+// in a row behind a gate (so the GPU's time is timed, not the host's: the chains' enqueue must
+// fit in the gate), with the host's enqueue per op; and captured once as a graph, launched once
+// untimed (its upload), then kGraphLaunches times behind a gate.
+struct NodeTimes {
+  double graph_us, stream_us, host_us;
+};
+NodeTimes graph_and_op_by_op(Device& dev, Stream& a, const std::function<void()>& issue, int chains) {
+  using Clock = std::chrono::steady_clock;
+  NodeTimes t{};
+  auto t0 = dev.create_event(), t1 = dev.create_event();
+  launch_delay(cu(a), kGateMs);
+  t0->record(a);
+  const auto h0 = Clock::now();
+  for (int l = 0; l < chains; ++l) issue();
+  t.host_us = std::chrono::duration<double, std::micro>(Clock::now() - h0).count() / (kGraphKernels * chains);
+  t1->record(a);
+  a.synchronize();
+  t.stream_us = dev.elapsed_ms(*t0, *t1) * 1e3 / (kGraphKernels * chains);
+  dev.begin_capture(a);
+  issue();
+  auto g = dev.end_capture(a);
+  g->launch(a, g->value_ops());
+  a.synchronize();
+  launch_delay(cu(a), kGateMs);
+  t0->record(a);
+  for (int l = 0; l < kGraphLaunches; ++l) g->launch(a, g->value_ops());
+  t1->record(a);
+  a.synchronize();
+  t.graph_us = dev.elapsed_ms(*t0, *t1) * 1e3 / (kGraphKernels * kGraphLaunches);
+  return t;
+}
+
 void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) {
   struct Variant {
     const char* what;
@@ -726,32 +761,87 @@ void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) 
         }
       }
     };
-    auto t0 = dev.create_event(), t1 = dev.create_event();
-    // Op by op: the whole chain enqueued behind the gate, so the GPU's time is timed.
-    launch_delay(cu(a), kGateMs);
-    t0->record(a);
-    for (int l = 0; l < kGraphLaunches; ++l) issue();
-    t1->record(a);
-    a.synchronize();
-    const double stream_us = dev.elapsed_ms(*t0, *t1) * 1e3 / (kGraphKernels * kGraphLaunches);
-    // As a graph: captured once, launched once untimed (its upload), then timed.
-    dev.begin_capture(a);
-    issue();
-    auto g = dev.end_capture(a);
-    g->launch(a, g->value_ops());
-    a.synchronize();
-    launch_delay(cu(a), kGateMs);
-    t0->record(a);
-    for (int l = 0; l < kGraphLaunches; ++l) g->launch(a, g->value_ops());
-    t1->record(a);
-    a.synchronize();
+    const NodeTimes t = graph_and_op_by_op(dev, a, issue, kGraphLaunches);
     b.synchronize();
-    const double graph_us = dev.elapsed_ms(*t0, *t1) * 1e3 / (kGraphKernels * kGraphLaunches);
+    const double graph_us = t.graph_us, stream_us = t.stream_us;
     const std::string shape = std::to_string(kGraphKernels) + " kernels, " + std::to_string(kGraphLaunches) + " launches";
     rows.push_back({"latency", std::string("graph: ") + v.what, shape, graph_us / 1e3, graph_us, "us", kNoBound,
                     "GPU time per kernel in a graph"});
     rows.push_back({"latency", std::string("streams: ") + v.what, shape, stream_us / 1e3, stream_us, "us", kNoBound,
                     "GPU time per kernel issued op by op (enqueued ahead of the GPU)"});
+  }
+}
+
+// --- the latency floor's own ops (issue #19: the near-empty layer is modelled too slow as a
+// graph and too fast op by op, and its stage medians cannot say which op is long). Each op
+// of the floor deck (256 tokens, 8 heads of 64, bf16, hidden 512), at the shape its layer runs
+// it, kGraphKernels times in a row: issued op by op behind a gate (the GPU's time per op, the
+// host's enqueue per op) and captured once as a graph, launched kGraphLaunches times behind a
+// gate (the GPU's time per op as a node). Three rows per op: graph, streams, host.
+void floor_op_rows(Device& dev, Stream& a, LayerKernels& kern, std::vector<Row>& rows) {
+  constexpr int64_t M = 256, H = 8, D = 64, C = H * D;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  auto qkv = random_buffer(dev, a, kern, static_cast<size_t>(M * 3 * C), DType::kBF16, 21);
+  auto x = random_buffer(dev, a, kern, static_cast<size_t>(M * C), DType::kBF16, 22);
+  auto w = random_buffer(dev, a, kern, static_cast<size_t>(C * 3 * C), DType::kBF16, 23);
+  auto q = random_buffer(dev, a, kern, static_cast<size_t>(M * C), DType::kBF16, 24);
+  auto k = random_buffer(dev, a, kern, static_cast<size_t>(M * C), DType::kBF16, 25);
+  auto v = random_buffer(dev, a, kern, static_cast<size_t>(M * C), DType::kBF16, 26);
+  auto o = dev.alloc(static_cast<size_t>(M * C) * 2);
+  auto f32 = dev.alloc(static_cast<size_t>(M * C) * 4);
+  auto dst = dev.alloc(static_cast<size_t>(M * C) * 2);
+  std::vector<float> g(static_cast<size_t>(C), 1.0f);
+  auto gamma = dev.alloc(g.size() * 4);
+  dev.copy_to_device(gamma.get(), g.data(), g.size() * 4);
+  auto view = [&](int j) {  // Q (j = 0) or K (j = 1) of the fused QKV rows
+    QkView vw;
+    vw.data = static_cast<unsigned char*>(qkv.get()) + j * C * 2;
+    vw.row_pitch = 3 * C;
+    vw.batch = 1;
+    vw.tokens_per_batch = M;
+    vw.pos_offset = 0;
+    vw.heads = static_cast<int>(H);
+    vw.head_dim = static_cast<int>(D);
+    return vw;
+  };
+  NormRopeParams p;
+  p.norm = NormKind::kRmsPerHead;
+  p.rope = RopeKind::k1D;
+  p.gamma = gamma.as<float>();
+  struct Op {
+    const char* what;
+    std::string shape;
+    std::function<void()> issue;
+  };
+  const Op ops[] = {
+      {"floor op: QK projection (cuBLASLt)", "M256 N1024 K512 bf16",
+       [&] { kern.gemm(a, x.get(), C, w.get(), 3 * C, qkv.get(), 3 * C, M, 2 * C, C, DType::kBF16, DType::kBF16); }},
+      {"floor op: output projection (cuBLASLt, fp32 out)", "M256 N512 K512 bf16 -> fp32",
+       [&] { kern.gemm(a, o.get(), C, w.get(), 3 * C, f32.get(), C, M, C, C, DType::kBF16, DType::kFP32); }},
+      {"floor op: norm+RoPE, Q and K in one launch", "M256 H8 D64 bf16 fused, rms",
+       [&] { kern.norm_rope_qk(a, view(0), p, view(1), p, DType::kBF16); }},
+      {"floor op: attention", "B1 H8 S256 D64 bf16",
+       [&] { kern.attention(a, q.get(), k.get(), v.get(), o.get(), 1, M, static_cast<int>(H), static_cast<int>(D),
+                            DType::kBF16, scale); }},
+      {"floor op: fp32 -> bf16 conversion", "131072 elements",
+       [&] { kern.convert_from_f32(a, f32.as<float>(), dst.get(), M * C, DType::kBF16); }},
+      {"floor op: V's 2-D copy out of the QKV rows", "1024 B x 256 rows, pitch 3072 B",
+       [&] { dev.copy_2d(a, dst.get(), C * 2, qkv.as<unsigned char>() + 2 * C * 2, 3 * C * 2, C * 2, M); }},
+  };
+  for (const Op& op : ops) {
+    op.issue();  // warm: plans, heuristics and workspaces before any timing or capture
+    a.synchronize();
+    // One chain op by op: twenty library calls' enqueue stays inside the gate.
+    const NodeTimes t = graph_and_op_by_op(
+        dev, a, [&] { for (int i = 0; i < kGraphKernels; ++i) op.issue(); }, 1);
+    const double graph_us = t.graph_us, stream_us = t.stream_us, host_us = t.host_us;
+    const std::string n = std::to_string(kGraphKernels) + " in a row, " + op.shape;
+    rows.push_back({"latency", std::string("graph: ") + op.what, n, graph_us / 1e3, graph_us, "us", kNoBound,
+                    "GPU time per op as a node of a graph"});
+    rows.push_back({"latency", std::string("streams: ") + op.what, n, stream_us / 1e3, stream_us, "us", kNoBound,
+                    "GPU time per op issued op by op (enqueued ahead of the GPU)"});
+    rows.push_back({"latency", std::string("host: ") + op.what, n, host_us / 1e3, host_us, "us", kNoBound,
+                    "host enqueue per op, op by op"});
   }
 }
 
@@ -1228,6 +1318,7 @@ int main(int argc, char** argv) {
     if (want("latency")) {
       auto ga = dev->create_stream(StreamPriority::kNormal), gb = dev->create_stream(StreamPriority::kNormal);
       graph_node_rows(*dev, *ga, *gb, rows);
+      floor_op_rows(*dev, *ga, *kern, rows);
     }
     if (want("alloc")) alloc_rows(*dev, rows);
     if (want("peer")) peer_rows(rows);
