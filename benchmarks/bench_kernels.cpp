@@ -812,6 +812,7 @@ void floor_op_rows(Device& dev, Stream& a, LayerKernels& kern, std::vector<Row>&
     const char* what;
     std::string shape;
     std::function<void()> issue;
+    bool attention = false;  // its row names the path taken (cuDNN SDPA, or the reference kernel)
   };
   const Op ops[] = {
       {"floor op: QK projection (cuBLASLt)", "M256 N1024 K512 bf16",
@@ -822,7 +823,8 @@ void floor_op_rows(Device& dev, Stream& a, LayerKernels& kern, std::vector<Row>&
        [&] { kern.norm_rope_qk(a, view(0), p, view(1), p, DType::kBF16); }},
       {"floor op: attention", "B1 H8 S256 D64 bf16",
        [&] { kern.attention(a, q.get(), k.get(), v.get(), o.get(), 1, M, static_cast<int>(H), static_cast<int>(D),
-                            DType::kBF16, scale); }},
+                            DType::kBF16, scale); },
+       true},
       {"floor op: fp32 -> bf16 conversion", "131072 elements",
        [&] { kern.convert_from_f32(a, f32.as<float>(), dst.get(), M * C, DType::kBF16); }},
       {"floor op: V's 2-D copy out of the QKV rows", "1024 B x 256 rows, pitch 3072 B",
@@ -836,8 +838,9 @@ void floor_op_rows(Device& dev, Stream& a, LayerKernels& kern, std::vector<Row>&
         dev, a, [&] { for (int i = 0; i < kGraphKernels; ++i) op.issue(); }, 1);
     const double graph_us = t.graph_us, stream_us = t.stream_us, host_us = t.host_us;
     const std::string n = std::to_string(kGraphKernels) + " in a row, " + op.shape;
+    const std::string path = op.attention ? " (" + cuda_attention_path(kern) + ")" : "";
     rows.push_back({"latency", std::string("graph: ") + op.what, n, graph_us / 1e3, graph_us, "us", kNoBound,
-                    "GPU time per op as a node of a graph"});
+                    "GPU time per op as a node of a graph" + path});
     rows.push_back({"latency", std::string("streams: ") + op.what, n, stream_us / 1e3, stream_us, "us", kNoBound,
                     "GPU time per op issued op by op (enqueued ahead of the GPU)"});
     rows.push_back({"latency", std::string("host: ") + op.what, n, host_us / 1e3, host_us, "us", kNoBound,
