@@ -53,6 +53,9 @@ struct Options {
   std::vector<std::string> rates;  // bench_kernels files whose profiles (norm+RoPE, GEMM) become the machine's
   std::vector<std::string> group_args;                       // MEASURED=NAME
   std::map<std::string, std::string> group;                  // measured report -> the group left out with it
+  std::vector<std::string> host_args;                         // validate --host MEASURED=BENCH.h5
+  std::map<std::string, std::string> host;                    // measured report -> the bench of its host
+  std::string host_bench;                                     // predict --host BENCH.h5
   std::vector<std::string> timed_events;  // measured reports whose code recorded every event timed
   int jobs = 0;  // calibrate, loo: threads replaying the cases (0: one per hardware thread)
 };
@@ -110,6 +113,12 @@ void declare(CLI::App& app, Options& o) {
                   "one deck on one machine, measured at different code: each would all but predict the other); "
                   "calibrate and validate ignore it (repeatable)")
         ->type_name("MEASURED=NAME");
+    if (std::string(sub.name) == "validate")
+      c->add_option("--host", o.host_args,
+                    "a bench_kernels -o file measured beside MEASURED, on its host (the floor-op rows of its latency "
+                    "section): that host's call costs (host_gemm_us, host_attention_us, host_launch_us, "
+                    "host_copy_us, host_api_us) replace the machine's in that report's replays (repeatable)")
+          ->type_name("MEASURED=BENCH.h5");
     if (std::string(sub.name) != "validate")
       c->add_option("--jobs", o.jobs,
                     "threads replaying the cases during the fit (the fit is the same at any number) "
@@ -132,6 +141,10 @@ void declare(CLI::App& app, Options& o) {
   CLI::App* pr = app.add_subcommand(
       "predict", "Replay --mode model reports on the machine, with each run's most sensitive parameter (JSON; MODELLED).");
   pr->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
+  pr->add_option("--host", o.host_bench,
+                 "a bench_kernels -o file of the host to predict (its latency section's floor-op rows): its call "
+                 "costs replace the machine's")
+      ->type_name("BENCH.h5");
   pr->add_option("--rates", o.rates, kRatesHelp)
       ->type_name("BENCH.h5");
   pr->add_option("reports", o.predict_reports, "--mode model reports")->required()->type_name("REPORT.h5");
@@ -193,6 +206,7 @@ Options parse(int argc, char** argv, std::string* text) {
   };
   per_report(o.bench_args, "--bench", "BENCH.h5", o.bench);
   per_report(o.group_args, "--group", "NAME", o.group);
+  per_report(o.host_args, "--host", "BENCH.h5", o.host);
   for (const auto& w : o.without) require_measured("--without", w);
   for (const auto& w : o.timed_events) require_measured("--timed-events", w);
   return o;
@@ -215,6 +229,9 @@ std::vector<Joined> join_pairs(const Options& o) {
     const auto bench = o.bench.find(mpath);
     const std::vector<model::NormRopePoint> norm_rope =
         bench == o.bench.end() ? std::vector<model::NormRopePoint>{} : read_norm_rope_profile(bench->second);
+    const auto host = o.host.find(mpath);
+    const std::map<std::string, double> host_costs =
+        host == o.host.end() ? std::map<std::string, double>{} : read_host_costs(host->second);
     const auto own_ablation = o.ablation.find(mpath), any_ablation = o.ablation.find("");
     const std::string ablation = own_ablation != o.ablation.end()   ? own_ablation->second
                                  : any_ablation != o.ablation.end() ? any_ablation->second
@@ -260,6 +277,7 @@ std::vector<Joined> join_pairs(const Options& o) {
       j.replay.terms = t.stage_terms;
       j.replay.measured = m.median_ms;
       j.replay.norm_rope = norm_rope;
+      j.replay.host_costs = host_costs;
       j.replay.issue = m.graph_replay ? model::Issue::kGraphReplay : model::Issue::kOpByOp;
       out.push_back(std::move(j));
     }
@@ -575,6 +593,12 @@ int model_command(int argc, char** argv) {
     if (!rates.gemm.empty()) base.gemm = std::move(rates.gemm);
     if (!rates.attention.empty()) base.attention = std::move(rates.attention);
   }
+  if (!o.host_bench.empty())  // predict on the host that bench measured
+    for (const auto& [name, us] : read_host_costs(o.host_bench)) {
+      model::Param& p = base.params.at(name);
+      p.value = us;
+      p.source = "measured on the host to predict: bench_kernels' floor-op rows (" + o.host_bench + ")";
+    }
   if (o.command == "nccl") return print_modeled_alltoall(base, o.nccl_ranks, o.markdown);
   if (o.command == "kernel") return print_modeled_kernels(base, o.gemms, o.attentions);
   if (o.command == "predict") return model_predict(o.predict_reports, base, o.output);
@@ -608,6 +632,9 @@ int model_command(int argc, char** argv) {
                       model::modeled_stages(j.replay, base, kNumStages)});
     std::printf("%smodelled on %s against measured medians (critical path), stage by stage\n",
                 o.markdown ? "" : "# ", base.name.c_str());
+    for (const auto& [report, bench] : o.host)  // which reports replay with their own host's costs
+      std::printf("%s%s: its host's call costs from %s\n", o.markdown ? "" : "# ", base_name(report).c_str(),
+                  bench.c_str());
     print_rows(rows, o.markdown, stdout);
     return 0;
   }

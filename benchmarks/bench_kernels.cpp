@@ -609,7 +609,7 @@ void latency_rows(Device& dev, std::vector<Row>& rows) {
     t1e->record(*a);
     a->synchronize();
     const double us = dev.elapsed_ms(*t0e, *t1e) * 1e3 / (2 * kChain);
-    rows.push_back({"latency", "event hop between two streams (record + wait)", "chain of 400", us / 1e3, us, "us",
+    rows.push_back({"latency", kEventHopRowWhat, "chain of 400", us / 1e3, us, "us",
                     kNoBound, "GPU time per hop; host enqueue " + std::to_string(host).substr(0, 5) + " us per hop"});
   }
   // Stream-memory-op round trip: a writes x = i, b waits x >= i and writes y = i, a waits y >= i.
@@ -809,25 +809,25 @@ void floor_op_rows(Device& dev, Stream& a, LayerKernels& kern, std::vector<Row>&
   p.rope = RopeKind::k1D;
   p.gamma = gamma.as<float>();
   struct Op {
-    const char* what;
+    const char* name;  // kFloorOp* (lib/report/model_bench.hpp): the model reads the host rows by it
     std::string shape;
     std::function<void()> issue;
     bool attention = false;  // its row names the path taken (cuDNN SDPA, or the reference kernel)
   };
   const Op ops[] = {
-      {"floor op: QK projection (cuBLASLt)", "M256 N1024 K512 bf16",
+      {kFloorOpQkProjection, "M256 N1024 K512 bf16",
        [&] { kern.gemm(a, x.get(), C, w.get(), 3 * C, qkv.get(), 3 * C, M, 2 * C, C, DType::kBF16, DType::kBF16); }},
-      {"floor op: output projection (cuBLASLt, fp32 out)", "M256 N512 K512 bf16 -> fp32",
+      {kFloorOpOutProjection, "M256 N512 K512 bf16 -> fp32",
        [&] { kern.gemm(a, o.get(), C, w.get(), 3 * C, f32.get(), C, M, C, C, DType::kBF16, DType::kFP32); }},
-      {"floor op: norm+RoPE, Q and K in one launch", "M256 H8 D64 bf16 fused, rms",
+      {kFloorOpNormRope, "M256 H8 D64 bf16 fused, rms",
        [&] { kern.norm_rope_qk(a, view(0), p, view(1), p, DType::kBF16); }},
-      {"floor op: attention", "B1 H8 S256 D64 bf16",
+      {kFloorOpAttention, "B1 H8 S256 D64 bf16",
        [&] { kern.attention(a, q.get(), k.get(), v.get(), o.get(), 1, M, static_cast<int>(H), static_cast<int>(D),
                             DType::kBF16, scale); },
        true},
-      {"floor op: fp32 -> bf16 conversion", "131072 elements",
+      {kFloorOpConversion, "131072 elements",
        [&] { kern.convert_from_f32(a, f32.as<float>(), dst.get(), M * C, DType::kBF16); }},
-      {"floor op: V's 2-D copy out of the QKV rows", "1024 B x 256 rows, pitch 3072 B",
+      {kFloorOpCopy, "1024 B x 256 rows, pitch 3072 B",
        [&] { dev.copy_2d(a, dst.get(), C * 2, qkv.as<unsigned char>() + 2 * C * 2, 3 * C * 2, C * 2, M); }},
   };
   for (const Op& op : ops) {
@@ -839,11 +839,12 @@ void floor_op_rows(Device& dev, Stream& a, LayerKernels& kern, std::vector<Row>&
     const double graph_us = t.graph_us, stream_us = t.stream_us, host_us = t.host_us;
     const std::string n = std::to_string(kGraphKernels) + " in a row, " + op.shape;
     const std::string path = op.attention ? " (" + cuda_attention_path(kern) + ")" : "";
-    rows.push_back({"latency", std::string("graph: ") + op.what, n, graph_us / 1e3, graph_us, "us", kNoBound,
+    const std::string what = std::string(kFloorOpPrefix) + op.name;
+    rows.push_back({"latency", "graph: " + what, n, graph_us / 1e3, graph_us, "us", kNoBound,
                     "GPU time per op as a node of a graph" + path});
-    rows.push_back({"latency", std::string("streams: ") + op.what, n, stream_us / 1e3, stream_us, "us", kNoBound,
+    rows.push_back({"latency", "streams: " + what, n, stream_us / 1e3, stream_us, "us", kNoBound,
                     "GPU time per op issued op by op (enqueued ahead of the GPU)"});
-    rows.push_back({"latency", std::string("host: ") + op.what, n, host_us / 1e3, host_us, "us", kNoBound,
+    rows.push_back({"latency", "host: " + what, n, host_us / 1e3, host_us, "us", kNoBound,
                     "host enqueue per op, op by op"});
   }
 }

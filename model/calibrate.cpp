@@ -16,10 +16,15 @@ namespace uipc::model {
 namespace {
 
 // The machine a case replays on: `machine` itself, or a copy with the case's own norm+RoPE
-// profile (the code that measured it).
+// profile (the code that measured it) and its host's own call costs (measured beside it).
 Machine with_own_profile(const ReplayCase& c, const Machine& machine) {
   Machine own = machine;
   if (!c.norm_rope.empty()) own.norm_rope = c.norm_rope;
+  for (const auto& [name, us] : c.host_costs) {
+    const auto p = own.params.find(name);
+    if (p == own.params.end()) throw InputError(c.label + ": host cost of an unknown parameter '" + name + "'");
+    p->second.value = us;
+  }
   return own;
 }
 
@@ -47,7 +52,7 @@ std::vector<double> stages_on(const ReplayCase& c, const Machine& m, int num_sta
 }  // namespace
 
 std::vector<double> modeled_stages(const ReplayCase& c, const Machine& machine, int num_stages) {
-  if (c.norm_rope.empty()) return stages_on(c, machine, num_stages);
+  if (c.norm_rope.empty() && c.host_costs.empty()) return stages_on(c, machine, num_stages);
   return stages_on(c, with_own_profile(c, machine), num_stages);
 }
 
@@ -202,6 +207,9 @@ std::vector<double> nelder_mead(Objective& f, std::vector<double> x0, double ste
 FitResult calibrate(const std::vector<ReplayCase>& cases, const Machine& start, int num_stages,
                     const std::string& fitted_from, int jobs) {
   if (cases.empty()) throw InputError("calibrate: no measured runs to fit to");
+  for (const ReplayCase& c : cases)  // the fit sets the machine's host costs on every case
+    if (!c.host_costs.empty())
+      throw InputError("calibrate: " + c.label + " carries its host's measured call costs: only validate replays those");
   Objective f(cases, start, num_stages, jobs);
   std::vector<double> u;
   for (const auto& [name, p] : start.params)

@@ -8,6 +8,7 @@
 // them against it (lib/traced_layer.cpp); here they turn any replay into stage times.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,10 @@ struct ReplayCase {
   // The norm+RoPE profile of the code that ran the measured report (its own bench_kernels
   // run), replacing the machine's: empty for the machine's own.
   std::vector<NormRopePoint> norm_rope;
+  // The host's call costs measured beside the report (bench_kernels' floor-op rows: parameter
+  // name -> us), replacing the machine's in its replays: empty for the machine's own. Only
+  // validate takes them; a fit fits the machine's.
+  std::map<std::string, double> host_costs;
   // How the measured layers were issued: replayed graphs are modelled without host calls
   // between their ops (reports before graphs, and --graphs off: op by op).
   Issue issue = Issue::kOpByOp;

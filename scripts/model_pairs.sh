@@ -127,3 +127,14 @@ for n in graphs-floor-u1 graphs-floor-u1-lean; do
   PAIRS_H200_NEW+=(--pair "$M12/$n-d658c00.h5=$T/$n-d658c00.h5")
   FROM_REPORT+=("$M12/$n-d658c00.h5")
 done
+# And one H100 at 1687652 (docs/measured/2026-12-06-h100-1687652): the floor as graphs and op by
+# op, with bench_kernels' latency section run beside it, whose floor-op rows measure that host's
+# call costs: HOSTS_H100 (`model validate ... "${PAIRS_H100[@]}" "${HOSTS_H100[@]}"`) replays the
+# report with them in place of the machine's (docs/model.md, "A report's own host").
+M13=docs/measured/2026-12-06-h100-1687652
+HOSTS_H100=()
+for n in graphs-floor-u1 graphs-floor-u1-lean; do
+  PAIRS_H100+=(--pair "$M13/$n-1687652.h5=$T/$n-1687652.h5")
+  HOSTS_H100+=(--host "$M13/$n-1687652.h5=$M13/host-speed-graphs-floor-u1-1687652.h5")
+  FROM_REPORT+=("$M13/$n-1687652.h5")
+done

@@ -8,8 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <cstdio>
 #include <limits>
+#include <map>
 #include <random>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/deck_testing.hpp"
 #include "base/error.hpp"
@@ -461,6 +466,78 @@ TEST(ModelBench, NormRopeProfileReadsTheLayersLaunch) {
   }
 }
 
+// A bench_kernels -o file of the given rows (its group's parallel attribute lists; `note`
+// written where given), as the model's readers see the bench's output.
+struct BenchFileRows {
+  std::vector<std::string> section, what, shape, unit, note;
+  std::vector<double> rate;
+};
+std::string write_bench_file(const std::string& path, const BenchFileRows& r, const std::string& revision = "") {
+  auto f = uipc::h5::File::create(path);
+  uipc::h5::Group g = f.root().create_group("bench_kernels");
+  if (!revision.empty()) g.write_attr("revision", revision);
+  g.write_attr("section", r.section);
+  g.write_attr("what", r.what);
+  g.write_attr("shape", r.shape);
+  g.write_attr("unit", r.unit);
+  if (!r.note.empty()) g.write_attr("note", r.note);
+  g.write_attr("rate", r.rate);
+  f.close();
+  return path;
+}
+
+// A host's call costs come from bench_kernels' floor-op host rows (us per call; the two
+// cuBLASLt calls and the two plain launches averaged) and the event-hop row's note (half a
+// record + wait); the GPU rows of the same ops are not read, and a file without the host rows
+// is refused naming the row it lacks.
+TEST(ModelBench, HostCostsComeFromTheFloorOpHostRows) {
+  TempDir dir;
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> u(1.0, 20.0);
+  const double qk = u(rng), out = u(rng), norm = u(rng), conv = u(rng), att = u(rng), copy = u(rng), hop = u(rng);
+  auto bench = [&](const std::string& name, bool with_attention) {
+    BenchFileRows b;
+    auto row = [&](const std::string& w, double r, const std::string& n) {
+      b.section.push_back("latency");
+      b.what.push_back(w);
+      b.shape.push_back("20 in a row");
+      b.unit.push_back("us");
+      b.rate.push_back(r);
+      b.note.push_back(n);
+    };
+    const std::string pre = uipc::kFloorOpPrefix;
+    char hop_note[96];
+    std::snprintf(hop_note, sizeof(hop_note), "GPU time per hop; host enqueue %.5f us per hop", hop);
+    row(uipc::kEventHopRowWhat, 1.7, hop_note);
+    for (const auto& [op, host] : std::vector<std::pair<const char*, double>>{{uipc::kFloorOpQkProjection, qk},
+                                                                               {uipc::kFloorOpOutProjection, out},
+                                                                               {uipc::kFloorOpNormRope, norm},
+                                                                               {uipc::kFloorOpAttention, att},
+                                                                               {uipc::kFloorOpConversion, conv},
+                                                                               {uipc::kFloorOpCopy, copy}}) {
+      if (!with_attention && std::string(op) == uipc::kFloorOpAttention) continue;
+      row("graph: " + pre + op, host + 100, "GPU time per op as a node of a graph");  // not host costs
+      row("streams: " + pre + op, host + 200, "GPU time per op issued op by op");
+      row("host: " + pre + op, host, "host enqueue per op, op by op");
+    }
+    return write_bench_file(dir.file(name), b);
+  };
+  const std::map<std::string, double> c = uipc::read_host_costs(bench("host.h5", true));
+  ASSERT_EQ(c.size(), 5u);
+  EXPECT_DOUBLE_EQ(c.at("host_gemm_us"), (qk + out) / 2);
+  EXPECT_DOUBLE_EQ(c.at("host_launch_us"), (norm + conv) / 2);
+  EXPECT_DOUBLE_EQ(c.at("host_attention_us"), att);
+  EXPECT_DOUBLE_EQ(c.at("host_copy_us"), copy);
+  EXPECT_NEAR(c.at("host_api_us"), hop / 2, 1e-5);
+  std::string error = "(no error)";
+  try {
+    uipc::read_host_costs(bench("no-attention.h5", false));
+  } catch (const uipc::InputError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("no row 'host: floor op: attention'"), std::string::npos) << error;
+}
+
 // The GEMM profile is read from bench_kernels' GEMM-by-shape rows only (not the projection's
 // other GEMM rows); `--rates` files each give the profiles they hold, two files may not
 // give the same one, a file with neither is refused, and a malformed shape is named.
@@ -472,17 +549,7 @@ TEST(ModelBench, RatesFilesGiveTheirGemmAndNormRopeProfiles) {
   auto bench = [&](const std::string& name, const std::vector<std::string>& section, const std::vector<std::string>& what,
                    const std::vector<std::string>& shape, const std::vector<std::string>& unit,
                    const std::vector<double>& rate) {
-    const std::string path = dir.file(name);
-    auto f = uipc::h5::File::create(path);
-    uipc::h5::Group g = f.root().create_group("bench_kernels");
-    g.write_attr("revision", "0123456789ab");
-    g.write_attr("section", section);
-    g.write_attr("what", what);
-    g.write_attr("shape", shape);
-    g.write_attr("unit", unit);
-    g.write_attr("rate", rate);
-    f.close();
-    return path;
+    return write_bench_file(dir.file(name), BenchFileRows{section, what, shape, unit, {}, rate}, "0123456789ab");
   };
   const std::string w = uipc::kGemmShapeRowWhat;
   const std::string gemm = bench("gemm.h5", {"gemm", "gemm", "gemm"}, {"QKV projection (cuBLASLt), one GEMM", w, w},

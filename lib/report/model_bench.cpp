@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include "base/error.hpp"
@@ -15,6 +16,7 @@ namespace {
 // bench_kernels' rows (its group's parallel attribute lists) and the code they measured.
 struct BenchRows {
   std::vector<std::string> section, what, shape, unit;
+  std::vector<std::string> note;  // empty where the file has none (only the host costs read it)
   std::vector<double> rate, ms;
   std::string revision;
   bool one_launch = false;  // norm_rope_layer_launch = qk_one_launch
@@ -32,6 +34,7 @@ BenchRows read_bench_rows(const std::string& path) {
   b.unit = g.read_string_list("unit", 1 << 16);
   b.rate = g.read_double_list("rate");
   b.ms = g.has_attr("ms") ? g.read_double_list("ms") : std::vector<double>(b.rate.size(), 0.0);
+  if (g.has_attr("note")) b.note = g.read_string_list("note", 1 << 16);
   const size_t n = b.section.size();
   if (b.what.size() != n || b.shape.size() != n || b.unit.size() != n || b.rate.size() != n || b.ms.size() != n)
     throw InputError(path + ": bench_kernels' section, what, shape, unit, rate and ms differ in length");
@@ -157,6 +160,33 @@ std::vector<model::AttentionPoint> attention_points(const BenchRows& b, const st
 }
 
 }  // namespace
+
+std::map<std::string, double> read_host_costs(const std::string& path) {
+  const BenchRows b = read_bench_rows(path);
+  auto host_us = [&](const char* op) {
+    const std::string what = std::string("host: ") + kFloorOpPrefix + op;
+    for (size_t i = 0; i < b.what.size(); ++i)
+      if (b.section[i] == "latency" && b.what[i] == what && b.unit[i] == "us" && b.rate[i] > 0) return b.rate[i];
+    throw InputError(path + ": bench_kernels holds no row '" + what +
+                     "' (the floor-op rows of bench_kernels --sections latency, code f5ae572 on)");
+  };
+  std::map<std::string, double> c;
+  c["host_gemm_us"] = (host_us(kFloorOpQkProjection) + host_us(kFloorOpOutProjection)) / 2;
+  c["host_attention_us"] = host_us(kFloorOpAttention);
+  c["host_launch_us"] = (host_us(kFloorOpNormRope) + host_us(kFloorOpConversion)) / 2;
+  c["host_copy_us"] = host_us(kFloorOpCopy);
+  // An API call: half the host's enqueue of a record and a wait, from the event-hop row's note.
+  for (size_t i = 0; i < b.what.size(); ++i) {
+    if (b.section[i] != "latency" || b.what[i] != kEventHopRowWhat || i >= b.note.size()) continue;
+    const std::string key = "host enqueue ";
+    const size_t at = b.note[i].find(key);
+    double per_hop = 0;
+    if (at != std::string::npos && std::sscanf(b.note[i].c_str() + at + key.size(), "%lf us per hop", &per_hop) == 1 &&
+        per_hop > 0)
+      c["host_api_us"] = per_hop / 2;
+  }
+  return c;
+}
 
 std::vector<model::NormRopePoint> read_norm_rope_profile(const std::string& path) {
   std::vector<model::NormRopePoint> out = norm_rope_points(read_bench_rows(path), path);

@@ -4,6 +4,7 @@
 // rather than typed-in ones.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,28 @@ inline constexpr const char* kGemmShapeRowWhat = "GEMM by shape (cuBLASLt, bf16 
 // shipped deck's attention at Ulysses 1, 2, 4 and 8, sequences to 119k; shape "B<b> H<h>
 // S<s> D<d> bf16", rate in TFLOP/s): written by the bench, read as the attention profile.
 inline constexpr const char* kAttentionShapeRowWhat = "attention by shape (cuDNN SDPA, bf16)";
+
+// bench_kernels' floor-op rows (section latency): the latency floor deck's own ops, each
+// named kFloorOpPrefix + one of the names below, in three rows: "graph: ", "streams: " and
+// "host: " before it (the GPU's time per op as a graph node and op by op, the host's enqueue
+// per call; us). Written by the bench, read as a host's call costs.
+inline constexpr const char* kFloorOpPrefix = "floor op: ";
+inline constexpr const char* kFloorOpQkProjection = "QK projection (cuBLASLt)";
+inline constexpr const char* kFloorOpOutProjection = "output projection (cuBLASLt, fp32 out)";
+inline constexpr const char* kFloorOpNormRope = "norm+RoPE, Q and K in one launch";
+inline constexpr const char* kFloorOpAttention = "attention";
+inline constexpr const char* kFloorOpConversion = "fp32 -> bf16 conversion";
+inline constexpr const char* kFloorOpCopy = "V's 2-D copy out of the QKV rows";
+// The latency section's event-hop row, whose note gives the host's enqueue of a record and a
+// wait ("host enqueue <x> us per hop").
+inline constexpr const char* kEventHopRowWhat = "event hop between two streams (record + wait)";
+
+// The host's call costs that `path` (a bench_kernels -o file with the floor-op rows, code
+// f5ae572 on) measured, as the machine's parameters (us): host_gemm_us (the mean of the two
+// cuBLASLt calls), host_attention_us, host_launch_us (the mean of norm+RoPE's and the
+// conversion's launches), host_copy_us and, where the event-hop row's note gives it,
+// host_api_us (half a record + wait). Throws InputError for a file without those rows.
+std::map<std::string, double> read_host_costs(const std::string& path);
 
 // The dispatched norm+RoPE kernel's rate of every norm kind, dtype and head_dim that
 // `path` (a bench_kernels -o file) measured in the fused QKV view, each point's source

@@ -311,6 +311,57 @@ def test_each_report_is_replayed_with_its_own_codes_norm_rope_rate(app, run, tmp
     assert bad.returncode == 2 and "bench_kernels" in bad.stderr, bad.stderr
 
 
+def test_a_reports_own_host_costs_bring_its_op_by_op_floor_within_ten_percent(app, run, tmp_path):
+    """validate --host MEASURED=BENCH.h5 replays a report with the call costs bench_kernels
+    measured on its host beside it (the floor-op rows): the near-empty layer op by op, which is
+    the host's enqueue, comes within 10% on the H100 of 1687652 (the machine's fitted host
+    costs put it 17-33% long there); the layer replayed as a graph, one launch of the host,
+    does not move; a bench without the floor-op rows is refused, and so is a report that is no
+    pair's."""
+    stored = REPO / "docs" / "measured" / "2026-12-06-h100-1687652"
+    measured = stored / "graphs-floor-u1-lean-1687652.h5"
+    host = stored / "host-speed-graphs-floor-u1-1687652.h5"
+    deck, traces = tmp_path / "lean.deck.h5", tmp_path / "lean-model.h5"
+    made = subprocess.run([app, "deck", "from-report", str(measured), "-o", str(deck)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    p = run(1, str(deck), "--mode", "model", "-o", str(traces), "--quiet", "--stage-timing", "off")
+    assert p.returncode == 6, p.stderr + p.stdout
+    pair = ["--machine", "h100-sxm", "--pair", f"{measured}={traces}"]
+
+    def layer_errors(*extra):
+        r = subprocess.run([app, "model", "validate", *pair, "--markdown", *extra], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        rows = [c for c in (ln.split("|") for ln in r.stdout.splitlines()) if len(c) > 3 and c[2].strip() == "floor"]
+        return {c[3].strip(): float(c[-2].strip().rstrip("%")) for c in rows}, r.stdout
+
+    fitted, _ = layer_errors()
+    own, out = layer_errors("--host", f"{measured}={host}")
+    assert f"its host's call costs from {host}" in out
+    op_by_op = [k for k in fitted if k.endswith("+no-graphs")]
+    graphs = [k for k in fitted if not k.endswith("+no-graphs")]
+    assert len(op_by_op) == 6 and len(graphs) == 6, fitted
+    assert all(fitted[k] > 10 for k in op_by_op), fitted
+    assert all(abs(own[k]) <= 10 for k in op_by_op), own
+    assert all(own[k] == fitted[k] for k in graphs), (own, fitted)
+    no_rows = REPO / "docs" / "measured" / "2026-11-29-h200x2" / "bench_kernels.h5"
+    bad = subprocess.run([app, "model", "validate", *pair, "--host", f"{measured}={no_rows}"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "floor-op rows" in bad.stderr, bad.stderr
+    stray = subprocess.run([app, "model", "validate", *pair, "--host", f"{FLOOR}={host}"], capture_output=True, text=True)
+    assert stray.returncode == 2 and "not a measured report of any --pair" in stray.stderr, stray.stderr
+
+    # predict --host BENCH.h5: the same host's costs for a machine one does not have.
+    def predicted(*extra):
+        out = tmp_path / "p.json"
+        r = subprocess.run([app, "model", "predict", str(traces), "--machine", "h100-sxm", "-o", str(out), *extra],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return {k: v["skew_median_ms"][0] for k, v in json.loads(out.read_text())[str(traces)].items()}
+    before, after = predicted(), predicted("--host", str(host))
+    assert all(after[k] == before[k] for k in before if not k.endswith("+no-graphs"))
+    assert all(after[k] < before[k] for k in before if k.endswith("+no-graphs"))
+
+
 def gb_busbw(stdout):
     """`model nccl`'s 1-GB rows: ranks -> busbw (GB/s)."""
     rows = (ln.split() for ln in stdout.splitlines() if ln.strip()[:1].isdigit())
