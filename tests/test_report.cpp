@@ -355,6 +355,50 @@ TEST(Report, WrittenAndReadBackWithPlainHdf5) {
   H5Fclose(f);
 }
 
+// Timings of kCompressMinBytes or more are written compressed (shuffle + deflate, one chunk)
+// and read back bit for bit, by our reader and by plain HDF5; smaller datasets and tensor-size
+// ones stay contiguous and unfiltered.
+TEST(Hdf5, TimingsAreCompressedAndReadBackExactly) {
+  TempDir dir;
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> u(0.01, 9.0);
+  std::vector<double> big(3 * 200 * 7), small(7);
+  // As a GPU's timings are: cudaEventElapsedTime's floats, widened.
+  for (double& x : big) x = static_cast<float>(u(rng));
+  for (double& x : small) x = u(rng);
+  const std::vector<float> huge(uipc::h5::kCompressMaxBytes / sizeof(float) + 1, 0.5f);
+  const std::string path = dir.file("t.h5");
+  {
+    auto f = uipc::h5::File::create(path);
+    f.root().write_dataset("stage_ms", {3, 200, 7}, big.data());
+    f.root().write_dataset("small", {7}, small.data());
+    f.root().write_dataset("dump", {static_cast<int64_t>(huge.size())}, huge.data());
+    f.close();
+  }
+  auto filters = [&](const char* name) {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    const hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
+    const hid_t dcpl = H5Dget_create_plist(d);
+    const int n = H5Pget_nfilters(dcpl);
+    const H5D_layout_t layout = H5Pget_layout(dcpl);
+    if (std::string(name) == "stage_ms") {  // a widened float's last four bytes are zeros
+      EXPECT_LT(H5Dget_storage_size(d), big.size() * sizeof(double) * 3 / 4);
+    }
+    H5Pclose(dcpl);
+    H5Dclose(d);
+    H5Fclose(file);
+    return std::make_pair(n, layout);
+  };
+  EXPECT_EQ(filters("stage_ms"), std::make_pair(2, H5D_CHUNKED));
+  EXPECT_EQ(filters("small"), std::make_pair(0, H5D_CONTIGUOUS));
+  EXPECT_EQ(filters("dump"), std::make_pair(0, H5D_CONTIGUOUS));
+  auto f = uipc::h5::File::open_read(path);
+  std::vector<int64_t> dims;
+  EXPECT_EQ(f.root().read_doubles("stage_ms", &dims), big);
+  EXPECT_EQ(dims, (std::vector<int64_t>{3, 200, 7}));
+  EXPECT_EQ(f.root().read_doubles("small"), small);
+}
+
 TEST(Report, EmptyRunHasNoStatistics) {
   // A run with no timed layers (e.g. one that fell over before timing) still writes.
   TempDir dir;

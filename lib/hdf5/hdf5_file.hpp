@@ -5,6 +5,7 @@
 
 #include <hdf5.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -141,6 +142,10 @@ class Dataset : public Object {
   std::vector<int64_t> dims() const;
 };
 
+// Numeric datasets of this many bytes, inclusive, are written compressed (Group::write_dataset).
+inline constexpr size_t kCompressMinBytes = 16 * 1024;
+inline constexpr size_t kCompressMaxBytes = 8 * 1024 * 1024;
+
 class Group : public Object {
  public:
   using Object::Object;
@@ -153,7 +158,9 @@ class Group : public Object {
   Group create_group(const std::string& name) const;
   Dataset open_dataset(const std::string& name) const;
 
-  // --- datasets of shape dims (row-major), no chunking or filters.
+  // --- datasets of shape dims (row-major). Those of kCompressMinBytes to kCompressMaxBytes
+  // are one chunk with byte shuffle and deflate (HDF5's built-in filters); the rest
+  // contiguous, unfiltered.
   Dataset write_dataset(const std::string& name, const std::vector<int64_t>& dims, const double* data) const;
   Dataset write_dataset(const std::string& name, const std::vector<int64_t>& dims, const float* data) const;
   Dataset write_dataset(const std::string& name, const std::vector<int64_t>& dims, const int64_t* data) const;
