@@ -538,7 +538,8 @@ TEST(ModelBench, HostCostsComeFromTheFloorOpHostRows) {
   TempDir dir;
   std::mt19937 rng(std::random_device{}());
   std::uniform_real_distribution<double> u(1.0, 20.0);
-  const double qk = u(rng), out = u(rng), norm = u(rng), conv = u(rng), att = u(rng), copy = u(rng), hop = u(rng);
+  const double qk = u(rng), out = u(rng), norm = u(rng), conv = u(rng), att = u(rng), hop = u(rng);
+  double copy = u(rng);
   auto bench = [&](const std::string& name, bool with_attention) {
     BenchFileRows b;
     auto row = [&](const std::string& w, double r, const std::string& n) {
@@ -580,6 +581,14 @@ TEST(ModelBench, HostCostsComeFromTheFloorOpHostRows) {
     error = e.what();
   }
   EXPECT_NE(error.find("no row 'host: floor op: attention'"), std::string::npos) << error;
+  copy = 2e4;  // us: beyond what any host call can cost (host_copy_us's bounds)
+  error = "(no error)";
+  try {
+    uipc::read_host_costs(bench("absurd.h5", true));
+  } catch (const uipc::InputError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("host_copy_us it gives is 20000 us, outside"), std::string::npos) << error;
 }
 
 // The GEMM profile is read from bench_kernels' GEMM-by-shape rows only (not the projection's

@@ -185,6 +185,15 @@ std::map<std::string, double> read_host_costs(const std::string& path) {
         per_hop > 0)
       c["host_api_us"] = per_hop / 2;
   }
+  // A measurement outside what the parameter can be (its sanity bounds) is a damaged file.
+  for (const model::ParamSpec& spec : model::parameter_specs()) {
+    const auto v = c.find(spec.name);
+    if (v != c.end() && !(v->second >= spec.min && v->second <= spec.max)) {
+      char range[96];
+      std::snprintf(range, sizeof(range), "%g us, outside [%g, %g]", v->second, spec.min, spec.max);
+      throw InputError(path + ": the host cost " + spec.name + " it gives is " + range);
+    }
+  }
   return c;
 }
 
