@@ -763,12 +763,11 @@ void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) 
     };
     const NodeTimes t = graph_and_op_by_op(dev, a, issue, kGraphLaunches);
     b.synchronize();
-    const double graph_us = t.graph_us, stream_us = t.stream_us;
     const std::string shape = std::to_string(kGraphKernels) + " kernels, " + std::to_string(kGraphLaunches) + " launches";
-    rows.push_back({"latency", std::string("graph: ") + v.what, shape, graph_us / 1e3, graph_us, "us", kNoBound,
-                    "GPU time per kernel in a graph"});
-    rows.push_back({"latency", std::string("streams: ") + v.what, shape, stream_us / 1e3, stream_us, "us", kNoBound,
-                    "GPU time per kernel issued op by op (enqueued ahead of the GPU)"});
+    rows.push_back({"latency", std::string(kGraphRows) + ": " + v.what, shape, t.graph_us / 1e3, t.graph_us, "us",
+                    kNoBound, "GPU time per kernel in a graph"});
+    rows.push_back({"latency", std::string(kStreamRows) + ": " + v.what, shape, t.stream_us / 1e3, t.stream_us, "us",
+                    kNoBound, "GPU time per kernel issued op by op (enqueued ahead of the GPU)"});
   }
 }
 
@@ -836,15 +835,13 @@ void floor_op_rows(Device& dev, Stream& a, LayerKernels& kern, std::vector<Row>&
     // One chain op by op: twenty library calls' enqueue stays inside the gate.
     const NodeTimes t = graph_and_op_by_op(
         dev, a, [&] { for (int i = 0; i < kGraphKernels; ++i) op.issue(); }, 1);
-    const double graph_us = t.graph_us, stream_us = t.stream_us, host_us = t.host_us;
     const std::string n = std::to_string(kGraphKernels) + " in a row, " + op.shape;
     const std::string path = op.attention ? " (" + cuda_attention_path(kern) + ")" : "";
-    const std::string what = std::string(kFloorOpPrefix) + op.name;
-    rows.push_back({"latency", "graph: " + what, n, graph_us / 1e3, graph_us, "us", kNoBound,
+    rows.push_back({"latency", floor_op_what(kGraphRows, op.name), n, t.graph_us / 1e3, t.graph_us, "us", kNoBound,
                     "GPU time per op as a node of a graph" + path});
-    rows.push_back({"latency", "streams: " + what, n, stream_us / 1e3, stream_us, "us", kNoBound,
+    rows.push_back({"latency", floor_op_what(kStreamRows, op.name), n, t.stream_us / 1e3, t.stream_us, "us", kNoBound,
                     "GPU time per op issued op by op (enqueued ahead of the GPU)"});
-    rows.push_back({"latency", "host: " + what, n, host_us / 1e3, host_us, "us", kNoBound,
+    rows.push_back({"latency", floor_op_what(kHostRows, op.name), n, t.host_us / 1e3, t.host_us, "us", kNoBound,
                     "host enqueue per op, op by op"});
   }
 }

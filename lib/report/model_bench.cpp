@@ -164,7 +164,7 @@ std::vector<model::AttentionPoint> attention_points(const BenchRows& b, const st
 std::map<std::string, double> read_host_costs(const std::string& path) {
   const BenchRows b = read_bench_rows(path);
   auto host_us = [&](const char* op) {
-    const std::string what = std::string("host: ") + kFloorOpPrefix + op;
+    const std::string what = floor_op_what(kHostRows, op);
     for (size_t i = 0; i < b.what.size(); ++i)
       if (b.section[i] == "latency" && b.what[i] == what && b.unit[i] == "us" && b.rate[i] > 0) return b.rate[i];
     throw InputError(path + ": bench_kernels holds no row '" + what +

@@ -28,10 +28,13 @@ inline constexpr const char* kGemmShapeRowWhat = "GEMM by shape (cuBLASLt, bf16 
 // S<s> D<d> bf16", rate in TFLOP/s): written by the bench, read as the attention profile.
 inline constexpr const char* kAttentionShapeRowWhat = "attention by shape (cuDNN SDPA, bf16)";
 
-// bench_kernels' floor-op rows (section latency): the latency floor deck's own ops, each
-// named kFloorOpPrefix + one of the names below, in three rows: "graph: ", "streams: " and
-// "host: " before it (the GPU's time per op as a graph node and op by op, the host's enqueue
-// per call; us). Written by the bench, read as a host's call costs.
+// bench_kernels' floor-op rows (section latency): the latency floor deck's own ops, one of the
+// names below each, in three rows (floor_op_what): as a graph node (kGraphRows: the GPU's time
+// per op), issued op by op (kStreamRows: the GPU's), and the host's enqueue per call
+// (kHostRows); us. Written by the bench, the host rows read as a host's call costs.
+inline constexpr const char* kGraphRows = "graph";
+inline constexpr const char* kStreamRows = "streams";
+inline constexpr const char* kHostRows = "host";
 inline constexpr const char* kFloorOpPrefix = "floor op: ";
 inline constexpr const char* kFloorOpQkProjection = "QK projection (cuBLASLt)";
 inline constexpr const char* kFloorOpOutProjection = "output projection (cuBLASLt, fp32 out)";
@@ -39,6 +42,10 @@ inline constexpr const char* kFloorOpNormRope = "norm+RoPE, Q and K in one launc
 inline constexpr const char* kFloorOpAttention = "attention";
 inline constexpr const char* kFloorOpConversion = "fp32 -> bf16 conversion";
 inline constexpr const char* kFloorOpCopy = "V's 2-D copy out of the QKV rows";
+// The `what` of the floor-op row of `op` timed `way` (kGraphRows, kStreamRows or kHostRows).
+inline std::string floor_op_what(const char* way, const char* op) {
+  return std::string(way) + ": " + kFloorOpPrefix + op;
+}
 // The latency section's event-hop row, whose note gives the host's enqueue of a record and a
 // wait ("host enqueue <x> us per hop").
 inline constexpr const char* kEventHopRowWhat = "event hop between two streams (record + wait)";
