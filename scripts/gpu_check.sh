@@ -80,6 +80,9 @@ run_step() {
 
 {
   echo "host: $(hostname)  date: $(date -u +%FT%TZ)"
+  # The host's CPU: the near-empty layer op by op is set by the host's calls, and hosts differ
+  # (docs/model.md, "A report's own host").
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) usable cores"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit --format=csv,noheader 2>&1
   nvcc --version | tail -2
   cmake --version | head -1

@@ -138,3 +138,20 @@ for n in graphs-floor-u1 graphs-floor-u1-lean; do
   HOSTS_H100+=(--host "$M13/$n-1687652.h5=$M13/host-speed-graphs-floor-u1-1687652.h5")
   FROM_REPORT+=("$M13/$n-1687652.h5")
 done
+# And one more H100 host at b131772 (docs/measured/2026-12-06-h100-b131772, eleventh session; asked
+# for as an H200): the same floor reports and host-speed bench, a second host for `--host`.
+M14=docs/measured/2026-12-06-h100-b131772
+for n in graphs-floor-u1 graphs-floor-u1-lean; do
+  PAIRS_H100+=(--pair "$M14/$n-b131772.h5=$T/$n-b131772.h5")
+  HOSTS_H100+=(--host "$M14/$n-b131772.h5=$M14/host-speed-graphs-floor-u1-b131772.h5")
+  FROM_REPORT+=("$M14/$n-b131772.h5")
+done
+# And one slow H100 host at 8c1b2ab (docs/measured/2026-12-06-h100-8c1b2ab): the floor op by op
+# 0.10-0.12 ms there against 0.06-0.07 on b131772's; bench_kernels' floor-op figures now the median
+# of 9 chains each (8c1b2ab), where b131772's were one chain's mean.
+M15=docs/measured/2026-12-06-h100-8c1b2ab
+for n in graphs-floor-u1 graphs-floor-u1-lean; do
+  PAIRS_H100+=(--pair "$M15/$n-8c1b2ab.h5=$T/$n-8c1b2ab.h5")
+  HOSTS_H100+=(--host "$M15/$n-8c1b2ab.h5=$M15/host-speed-graphs-floor-u1-8c1b2ab.h5")
+  FROM_REPORT+=("$M15/$n-8c1b2ab.h5")
+done
