@@ -155,3 +155,11 @@ for n in graphs-floor-u1 graphs-floor-u1-lean; do
   HOSTS_H100+=(--host "$M15/$n-8c1b2ab.h5=$M15/host-speed-graphs-floor-u1-8c1b2ab.h5")
   FROM_REPORT+=("$M15/$n-8c1b2ab.h5")
 done
+# And a third H100 host the same hour, at f4dd6c5 (docs/measured/2026-12-06-h100-f4dd6c5; median
+# floor-op rows as 8c1b2ab's).
+M16=docs/measured/2026-12-06-h100-f4dd6c5
+for n in graphs-floor-u1 graphs-floor-u1-lean; do
+  PAIRS_H100+=(--pair "$M16/$n-f4dd6c5.h5=$T/$n-f4dd6c5.h5")
+  HOSTS_H100+=(--host "$M16/$n-f4dd6c5.h5=$M16/host-speed-graphs-floor-u1-f4dd6c5.h5")
+  FROM_REPORT+=("$M16/$n-f4dd6c5.h5")
+done
