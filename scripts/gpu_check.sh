@@ -239,7 +239,9 @@ gpu_runs() {  # gpu_runs RUN...: each "REPORT DECK [args]" at one rank; the host
   for r in "$@"; do
     read -r -a w <<<"$r"
     app_run "${w[0]}" 1 "$DECKS/${w[1]}.h5" --quiet "${w[@]:2}"
-    if [[ ${w[0]} == *floor-u1 ]]; then host_speed "${w[0]}"; fi
+    # Beside each floor run, the lean one too: a host's speed moved within seconds on one H100
+    # (docs/measured/2026-12-06-h100-f4dd6c5), so each report gets the measurement next to it.
+    if [[ ${w[0]} == *floor-u1 || ${w[0]} == *floor-u1-lean ]]; then host_speed "${w[0]}"; fi
   done
 }
 if [ $app_built -eq 1 ] && want ablations; then
