@@ -127,39 +127,23 @@ for n in graphs-floor-u1 graphs-floor-u1-lean; do
   PAIRS_H200_NEW+=(--pair "$M12/$n-d658c00.h5=$T/$n-d658c00.h5")
   FROM_REPORT+=("$M12/$n-d658c00.h5")
 done
-# And one H100 at 1687652 (docs/measured/2026-12-06-h100-1687652): the floor as graphs and op by
-# op, with bench_kernels' latency section run beside it, whose floor-op rows measure that host's
-# call costs: HOSTS_H100 (`model validate ... "${PAIRS_H100[@]}" "${HOSTS_H100[@]}"`) replays the
-# report with them in place of the machine's (docs/model.md, "A report's own host").
-M13=docs/measured/2026-12-06-h100-1687652
+# H100 hosts with the floor as graphs and op by op, and bench_kernels' latency section run beside
+# it, whose floor-op rows measure that host's call costs: HOSTS_H100 (`model validate ...
+# "${PAIRS_H100[@]}" "${HOSTS_H100[@]}"`) replays each report with them in place of the
+# machine's (docs/model.md, "A report's own host").
 HOSTS_H100=()
-for n in graphs-floor-u1 graphs-floor-u1-lean; do
-  PAIRS_H100+=(--pair "$M13/$n-1687652.h5=$T/$n-1687652.h5")
-  HOSTS_H100+=(--host "$M13/$n-1687652.h5=$M13/host-speed-graphs-floor-u1-1687652.h5")
-  FROM_REPORT+=("$M13/$n-1687652.h5")
-done
-# And one more H100 host at b131772 (docs/measured/2026-12-06-h100-b131772, eleventh session; asked
-# for as an H200): the same floor reports and host-speed bench, a second host for `--host`.
-M14=docs/measured/2026-12-06-h100-b131772
-for n in graphs-floor-u1 graphs-floor-u1-lean; do
-  PAIRS_H100+=(--pair "$M14/$n-b131772.h5=$T/$n-b131772.h5")
-  HOSTS_H100+=(--host "$M14/$n-b131772.h5=$M14/host-speed-graphs-floor-u1-b131772.h5")
-  FROM_REPORT+=("$M14/$n-b131772.h5")
-done
-# And one slow H100 host at 8c1b2ab (docs/measured/2026-12-06-h100-8c1b2ab): the floor op by op
-# 0.10-0.12 ms there against 0.06-0.07 on b131772's; bench_kernels' floor-op figures now the median
-# of 9 chains each (8c1b2ab), where b131772's were one chain's mean.
-M15=docs/measured/2026-12-06-h100-8c1b2ab
-for n in graphs-floor-u1 graphs-floor-u1-lean; do
-  PAIRS_H100+=(--pair "$M15/$n-8c1b2ab.h5=$T/$n-8c1b2ab.h5")
-  HOSTS_H100+=(--host "$M15/$n-8c1b2ab.h5=$M15/host-speed-graphs-floor-u1-8c1b2ab.h5")
-  FROM_REPORT+=("$M15/$n-8c1b2ab.h5")
-done
-# And a third H100 host the same hour, at f4dd6c5 (docs/measured/2026-12-06-h100-f4dd6c5; median
-# floor-op rows as 8c1b2ab's).
-M16=docs/measured/2026-12-06-h100-f4dd6c5
-for n in graphs-floor-u1 graphs-floor-u1-lean; do
-  PAIRS_H100+=(--pair "$M16/$n-f4dd6c5.h5=$T/$n-f4dd6c5.h5")
-  HOSTS_H100+=(--host "$M16/$n-f4dd6c5.h5=$M16/host-speed-graphs-floor-u1-f4dd6c5.h5")
-  FROM_REPORT+=("$M16/$n-f4dd6c5.h5")
-done
+add_host_floor() {  # folder rev: its two floor reports, each with the bench beside the first
+  local n
+  for n in graphs-floor-u1 graphs-floor-u1-lean; do
+    PAIRS_H100+=(--pair "$1/$n-$2.h5=$T/$n-$2.h5")
+    HOSTS_H100+=(--host "$1/$n-$2.h5=$1/host-speed-graphs-floor-u1-$2.h5")
+    FROM_REPORT+=("$1/$n-$2.h5")
+  done
+}
+# 1687652 (tenth session); then three hosts of the eleventh: b131772 (its floor-op figures one
+# chain's mean, which misled), 8c1b2ab (a slow host; from this code on each figure is the median
+# of 9 chains) and f4dd6c5 (a host whose speed moved within seconds).
+add_host_floor docs/measured/2026-12-06-h100-1687652 1687652
+add_host_floor docs/measured/2026-12-06-h100-b131772 b131772
+add_host_floor docs/measured/2026-12-06-h100-8c1b2ab 8c1b2ab
+add_host_floor docs/measured/2026-12-06-h100-f4dd6c5 f4dd6c5
