@@ -313,9 +313,9 @@ def test_each_report_is_replayed_with_its_own_codes_norm_rope_rate(app, run, tmp
 
 def own_host_layer_errors(app, run, tmp_path, folder, rev):
     """The lean floor stored in docs/measured/FOLDER (its report and the bench run beside it),
-    traced at 1 rank and validated on h100-sxm: (layer errors with the fitted host costs, with
-    the host's own, validate's stdout with them, the pair's arguments, the report, the bench,
-    the traces)."""
+    traced at 1 rank and validated on h100-sxm: (the op-by-op runs' layer errors with the fitted
+    host costs, the same with the host's own, the pair's arguments, the report, the bench, the
+    traces). Its graph replays are asserted unmoved by the host's costs."""
     stored = REPO / "docs" / "measured" / folder
     measured = stored / f"graphs-floor-u1-lean-{rev}.h5"
     host = stored / f"host-speed-graphs-floor-u1-{rev}.h5"
