@@ -632,9 +632,16 @@ int model_command(int argc, char** argv) {
                       model::modeled_stages(j.replay, base, kNumStages)});
     std::printf("%smodelled on %s against measured medians (critical path), stage by stage\n",
                 o.markdown ? "" : "# ", base.name.c_str());
-    for (const auto& [report, bench] : o.host)  // which reports replay with their own host's costs
-      std::printf("%s%s: its host's call costs from %s\n", o.markdown ? "" : "# ", base_name(report).c_str(),
-                  bench.c_str());
+    for (const auto& [report, bench] : o.host) {  // which reports replay with their own host's costs, and what
+      std::string costs;
+      for (const auto& [name, us] : read_host_costs(bench)) {
+        char b[64];
+        std::snprintf(b, sizeof(b), " %s %.2f", name.c_str(), us);
+        costs += b;
+      }
+      std::printf("%s%s: its host's call costs from %s:%s\n", o.markdown ? "" : "# ", base_name(report).c_str(),
+                  bench.c_str(), costs.c_str());
+    }
     print_rows(rows, o.markdown, stdout);
     return 0;
   }

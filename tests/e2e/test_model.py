@@ -334,7 +334,11 @@ def own_host_layer_errors(app, run, tmp_path, folder, rev):
 
     fitted, _ = layer_errors()
     own, out = layer_errors("--host", f"{measured}={host}")
-    assert f"its host's call costs from {host}" in out
+    # The costs it used, by name: each a positive figure in us.
+    used = next(ln for ln in out.splitlines() if f"its host's call costs from {host}:" in ln).split(f"{host}:")[1].split()
+    costs = dict(zip(used[::2], map(float, used[1::2])))
+    assert set(costs) == {"host_api_us", "host_attention_us", "host_copy_us", "host_gemm_us", "host_launch_us"}, used
+    assert all(v > 0 for v in costs.values()), costs
     op_by_op = [k for k in fitted if k.endswith("+no-graphs")]
     graphs = [k for k in fitted if not k.endswith("+no-graphs")]
     assert len(op_by_op) == 6 and len(graphs) == 6, fitted
