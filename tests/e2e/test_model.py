@@ -380,8 +380,9 @@ def test_a_reports_own_host_costs_bring_its_op_by_op_floor_within_ten_percent(ap
 def test_a_slow_hosts_own_costs_bring_its_op_by_op_floor_twice_as_near(app, run, tmp_path):
     """The other side of a host: the H100 of 8c1b2ab enqueued the floor op by op in 0.10-0.12 ms
     (1687652's host in 0.05-0.06), so the fitted host costs put its op-by-op floor 30-38% short.
-    With its own costs (bench_kernels' floor-op rows, each the median of 9 chains) every op-by-op
-    run's error at least halves, and nccl's, whose scatter is one NCCL call, comes within 10%."""
+    With its own costs (bench_kernels' floor-op rows, each the median of 9 chains) the error of
+    every op-by-op run of its lean floor at least halves, and nccl's, whose scatter is one NCCL
+    call, comes within 10%."""
     fitted, own, *_ = own_host_layer_errors(app, run, tmp_path, "2026-12-06-h100-8c1b2ab", "8c1b2ab")
     assert all(e < -25 for e in fitted.values()), fitted
     assert all(abs(own[k]) <= abs(fitted[k]) / 2 for k in fitted), (own, fitted)
