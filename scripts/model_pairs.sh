@@ -132,11 +132,13 @@ done
 # "${PAIRS_H100[@]}" "${HOSTS_H100[@]}"`) replays each report with them in place of the
 # machine's (docs/model.md, "A report's own host").
 HOSTS_H100=()
-add_host_floor() {  # folder rev: its two floor reports, each with the bench beside the first
-  local n
+add_host_floor() {  # folder rev: its two floor reports, each with the bench beside it (the first's
+  local n b          # where the lean one has none: before 4628581)
   for n in graphs-floor-u1 graphs-floor-u1-lean; do
+    b=$1/host-speed-$n-$2.h5
+    [ -f "$b" ] || b=$1/host-speed-graphs-floor-u1-$2.h5
     PAIRS_H100+=(--pair "$1/$n-$2.h5=$T/$n-$2.h5")
-    HOSTS_H100+=(--host "$1/$n-$2.h5=$1/host-speed-graphs-floor-u1-$2.h5")
+    HOSTS_H100+=(--host "$1/$n-$2.h5=$b")
     FROM_REPORT+=("$1/$n-$2.h5")
   done
 }
@@ -147,3 +149,5 @@ add_host_floor docs/measured/2026-12-06-h100-1687652 1687652
 add_host_floor docs/measured/2026-12-06-h100-b131772 b131772
 add_host_floor docs/measured/2026-12-06-h100-8c1b2ab 8c1b2ab
 add_host_floor docs/measured/2026-12-06-h100-f4dd6c5 f4dd6c5
+# And a fifth host at 214dd42, the first with the bench beside each floor report.
+add_host_floor docs/measured/2026-12-06-h100-214dd42 214dd42
