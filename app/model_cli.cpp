@@ -632,9 +632,14 @@ int model_command(int argc, char** argv) {
                       model::modeled_stages(j.replay, base, kNumStages)});
     std::printf("%smodelled on %s against measured medians (critical path), stage by stage\n",
                 o.markdown ? "" : "# ", base.name.c_str());
-    for (const auto& [report, bench] : o.host) {  // which reports replay with their own host's costs, and what
+    // Which reports replay with their own host's costs, and what: the costs join_pairs read,
+    // from the first run of each such report.
+    for (const auto& [report, bench] : o.host) {
+      const auto j = std::find_if(joined.begin(), joined.end(),
+                                  [&, &report = report](const Joined& x) { return x.measured_report == report; });
+      if (j == joined.end()) continue;  // no run of it joined: nothing replayed with them
       std::string costs;
-      for (const auto& [name, us] : read_host_costs(bench)) {
+      for (const auto& [name, us] : j->replay.host_costs) {
         char b[64];
         std::snprintf(b, sizeof(b), " %s %.2f", name.c_str(), us);
         costs += b;
