@@ -29,8 +29,13 @@ namespace uipc {
 // sums through shared memory; every norm kind, rows of at most 1536 chunks); the
 // launcher's pick where bench_kernels measured it ahead (flat_is_pick in cuda_kernels.cu;
 // rows "(vector, flat)").
+// `pipe` kNormRopeLaneRowsPipe: the vector kernel's lane-rows walk (a lane a head: tiles of
+// 128 head rows through shared memory, each thread normalising one head row whole; per-head
+// norms and RoPE, heads of 8, 9 or 16 chunks at 16-bit types, 16 or 18 at fp32); rows
+// "(vector, lane rows)".
 enum class NormRopeKernel { kAuto, kVector, kGeneral };
 inline constexpr int kNormRopeFlatPipe = 32;
+inline constexpr int kNormRopeLaneRowsPipe = 48;
 void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p,
                       NormRopeKernel which = NormRopeKernel::kAuto, int batch = 0, int pipe = -1, int staged = -1);
 // Q and K in one launch of the vector kernel (the grid's halves take one view each: one

@@ -376,7 +376,10 @@ __device__ __forceinline__ void load_f32x(const float* __restrict__ src, float* 
 // chunks t, t + 128, ... across head boundaries, so that every lane carries data where
 // lane groups of G lanes a head leave 32 mod G idle (head_dim 72: 5 of 32 at 16-bit
 // types, 14 of 32 at fp32); per-head sums through shared memory (see flat_rows).
-enum Walk : int { kPlain = 0, kPipelined = 1, kStaged = 2, kBlockRows = 3, kFlat = 4 };
+// kLaneRows (per-head norms and RoPE only): a lane a head. Tiles of 128 head rows copied
+// into shared memory, thread t taking head row t whole: its statistics summed in the
+// thread, no shuffles and no idle lane whatever a head's chunk count (see lane_rows).
+enum Walk : int { kPlain = 0, kPipelined = 1, kStaged = 2, kBlockRows = 3, kFlat = 4, kLaneRows = 5 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -1113,6 +1116,187 @@ __device__ __forceinline__ void flat_rows(const BlockView<T>& bv, int64_t rows, 
   walk_two_buffers(bv.block, bv.grid, rows, a, b, load_item, do_row);
 }
 
+// --- the lane-rows walk (kLaneRows): a lane a head.
+//
+// A view's head rows in token order (token r's heads 0 .. H - 1, then token r + 1's) are cut
+// into tiles of 128 (tokens straddle tiles: every head row is normalised alone). The block
+// copies a tile into shared memory with cp.async, its 16-byte chunks in order (coalesced, as
+// the streaming kernel reads), the next tile in flight while this one is computed. Thread t
+// then takes head row t of the tile whole: the head's mean and variance summed in the thread
+// over its kCPH chunks (the two-pass form, each pass reading the row from shared memory: no
+// cancellation, no shuffles), normalised, rotated and written back in place; then the block
+// stores the tile's chunks in order (coalesced). Where the lane-group walks give a head G
+// lanes (head_dim 72 at 16-bit types: 9, leaving 5 of 32 lanes idle, and a 5-round shuffle
+// tree a statistic), here every thread carries a head and nothing is exchanged. Across-heads
+// RMS needs a token's heads together and is not served. Shared-memory reads of a head row's
+// chunk e by 8 threads at once (a 16-byte access's phase) fall in 8 different 16-byte bank
+// groups: a head row of an odd chunk count strides them by itself; one of a multiple of 8
+// chunks is swizzled (chunk e of row j at slot e ^ (j & 7)). Three barriers a tile.
+constexpr int kLaneTile = kRowWarps * 32;  // head rows a tile: one a thread
+
+// The lane-rows walk's dynamic shared memory, in bytes (every part 16-byte aligned): the two
+// tiles; the per-head norms' weights (gamma, beta); the RoPE frequencies (D/2) and the
+// tile's table (cos, then sin, of each token it spans); the tokens' source and target rows.
+struct LaneSmem {
+  int tile, g, b, th, tab, rows, bytes, tok_span;
+};
+__host__ __device__ inline LaneSmem lane_smem(int D, int heads, int elem_bytes) {
+  LaneSmem m{};
+  m.tok_span = (kLaneTile - 1 + heads - 1) / heads + 1;  // tokens 128 consecutive head rows can touch
+  m.tile = kLaneTile * D * elem_bytes;
+  m.g = 2 * m.tile;
+  m.b = m.g + 4 * round_up4(D);
+  m.th = m.b + 4 * round_up4(D);
+  m.tab = m.th + 4 * round_up4(D / 2);
+  m.rows = m.tab + 4 * m.tok_span * round_up4(D);
+  m.bytes = m.rows + 2 * static_cast<int>(sizeof(void*)) * m.tok_span;
+  return m;
+}
+
+template <typename T, int kNorm, int kCPH>
+__device__ __forceinline__ void lane_rows(const BlockView<T>& bv, int64_t rows, int heads, int rope, float eps,
+                                          float theta) {
+  using V = Vec<T>;
+  constexpr int kVE = V::kVE, kPairs = kVE / 2, kNT = kLaneTile, D = kCPH * kVE, half = D / 2;
+  constexpr bool layer = kNorm == static_cast<int>(NormKind::kLayerPerHead);
+  constexpr bool per_head = layer || kNorm == static_cast<int>(NormKind::kRmsPerHead);
+  static_assert(kNorm != static_cast<int>(NormKind::kRmsAcrossHeads), "the lane-rows walk is per head");
+  extern __shared__ uint4 lane_mem[];
+  char* const smb = reinterpret_cast<char*>(lane_mem);
+  const LaneSmem lay = lane_smem(D, heads, sizeof(T));
+  float* const sg = reinterpret_cast<float*>(smb + lay.g);
+  float* const sb = reinterpret_cast<float*>(smb + lay.b);
+  float* const sth = reinterpret_cast<float*>(smb + lay.th);
+  float* const tab = reinterpret_cast<float*>(smb + lay.tab);  // token k's cos at k D, its sin at k D + D/2
+  T** const trow = reinterpret_cast<T**>(smb + lay.rows);       // token k's row at 2k, its target row at 2k + 1
+  const RowPlace& pl = bv.pl;
+  const int t = threadIdx.x;
+  for (int i = t; i < D; i += kNT) {
+    if constexpr (per_head) sg[i] = bv.gamma[i];
+    if constexpr (layer) sb[i] = bv.beta[i];
+  }
+  for (int i = t; i < half; i += kNT) sth[i] = powf(theta, -(2.0f * static_cast<float>(i)) / static_cast<float>(D));
+  // hl / heads for hl < heads + 128 (a tile's heads counted from its first token): the float
+  // quotient lies at least 0.5 / heads from an integer, far beyond its rounding error.
+  const float inv_heads = 1.0f / static_cast<float>(heads);
+  auto token_of = [&](int hl) { return __float2int_rz((static_cast<float>(hl) + 0.5f) * inv_heads); };
+  auto slot = [](int j, int e) { return kCPH % 8 == 0 ? j * kCPH + (e ^ (j & 7)) : j * kCPH + e; };
+  const int64_t total = rows * heads;
+  const int64_t tiles = (total + kNT - 1) / kNT;
+  struct Tile {
+    int64_t tok0;
+    int h0, n;  // the first head row's head; head rows in the tile
+  };
+  auto tile_of = [&](int64_t k) {
+    const int64_t j0 = k * kNT, tok0 = j0 / heads;
+    return Tile{tok0, static_cast<int>(j0 - tok0 * heads), static_cast<int>(total - j0 < kNT ? total - j0 : kNT)};
+  };
+  auto copy_in = [&](int64_t k, int buf) {
+    if (k >= tiles) return;
+    const Tile tl = tile_of(k);
+    char* const tile = smb + buf * lay.tile;
+    for (int q = t; q < tl.n * kCPH; q += kNT) {
+      const int jl = q / kCPH, e = q - jl * kCPH, hl = tl.h0 + jl, tk = token_of(hl), h = hl - tk * heads;
+      cp_async16(tile + 16 * slot(jl, e), bv.data + (tl.tok0 + tk) * pl.row_pitch + h * D + e * kVE);
+    }
+  };
+  // The tile's tokens: their rows and (RoPE) their cos and sin.
+  auto prepare = [&](const Tile& tl) {
+    const int ntok = token_of(tl.h0 + tl.n - 1) + 1;
+    for (int i = t; i < ntok; i += kNT) {
+      trow[2 * i] = bv.data + (tl.tok0 + i) * pl.row_pitch;
+      trow[2 * i + 1] = out_row_of(bv.out, pl, tl.tok0 + i);
+    }
+    if (!rope) return;
+    const int64_t p0 = tl.tok0 % pl.tokens_per_batch;
+    for (int i = t; i < ntok * half; i += kNT) {
+      const int tk = i / half, pr = i - tk * half;
+      int64_t pos = p0 + tk;
+      if (pos >= pl.tokens_per_batch) pos %= pl.tokens_per_batch;
+      sincosf(static_cast<float>(bv.pos_offset + pos) * sth[pr], &tab[tk * D + half + pr], &tab[tk * D + pr]);
+    }
+  };
+  // Thread t's head row: statistics, normalise, rotate, back in place. The chunks are read
+  // from shared memory for each pass (two or three), not held in registers across them:
+  // ptxas keeps a pass's reads and its arithmetic together within the register cap
+  // (lane_min_blocks).
+  auto compute = [&](const Tile& tl, int buf) {
+    if (t >= tl.n) return;
+    char* const tile = smb + buf * lay.tile;
+    auto chunk = [&](int e) {
+      V v;
+      v.raw = *reinterpret_cast<const uint4*>(tile + 16 * slot(t, e));
+      return v;
+    };
+    float mu = 0.0f, rinv = 1.0f;
+    if constexpr (per_head) {
+      constexpr float inv_d = 1.0f / static_cast<float>(D);
+      if constexpr (layer) {
+        float s1 = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kCPH; ++e) chunk_sum1(chunk(e), s1);
+        mu = s1 * inv_d;
+      }
+      float d1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kCPH; ++e) chunk_sums(chunk(e), mu, d1, s2);
+      rinv = rsqrtf(s2 * inv_d + eps);
+    }
+    const float* const cs_row = tab + token_of(tl.h0 + t) * D;
+#pragma unroll
+    for (int e = 0; e < kCPH; ++e) {
+      V v = chunk(e);
+      float g[kVE] = {}, b[kVE] = {}, cs[kPairs] = {}, sn[kPairs] = {};
+      if constexpr (per_head) load_shared_f32(sg + e * kVE, g);
+      if constexpr (layer) load_shared_f32(sb + e * kVE, b);
+      if (rope) {
+        load_shared_f32(cs_row + e * kPairs, cs);
+        load_shared_f32(cs_row + half + e * kPairs, sn);
+      }
+      finish_chunk<T, kNorm>(v, g, b, mu, rinv, rope, cs, sn);
+      *reinterpret_cast<uint4*>(tile + 16 * slot(t, e)) = v.raw;
+    }
+  };
+  auto copy_out = [&](const Tile& tl, int buf) {
+    const char* const tile = smb + buf * lay.tile;
+    for (int q = t; q < tl.n * kCPH; q += kNT) {
+      const int jl = q / kCPH, e = q - jl * kCPH, hl = tl.h0 + jl, tk = token_of(hl), h = hl - tk * heads;
+      *reinterpret_cast<uint4*>(head_dst(trow[2 * tk], trow[2 * tk + 1], pl, h) + e * kVE) =
+          *reinterpret_cast<const uint4*>(tile + 16 * slot(jl, e));
+    }
+  };
+  __syncthreads();  // the weights and frequencies
+  int buf = 0;
+  copy_in(bv.block, buf);
+  cp_async_commit();
+  for (int64_t k = bv.block; k < tiles; k += bv.grid) {  // uniform across the block
+    copy_in(k + bv.grid, buf ^ 1);  // the other buffer was stored from before the last barrier
+    cp_async_commit();
+    const Tile tl = tile_of(k);
+    prepare(tl);
+    cp_async_wait<1>();  // this tile's copies (the next tile's may still be in flight)
+    __syncthreads();
+    compute(tl, buf);
+    __syncthreads();
+    copy_out(tl, buf);
+    __syncthreads();  // the tile's buffer, rows and table free again
+    buf ^= 1;
+  }
+  cp_async_wait<0>();
+}
+
+// Blocks a multiprocessor the lane-rows walk asks ptxas to fit: left to itself it hoists every
+// chunk's weight and table reads ahead of the stores (nvcc -Xptxas -v, sm_90: 16-bit LayerNorm
+// 128 registers at 9 chunks a head, 254 at 16). Capped at what shared memory allows anyway
+// (a tile of 9 chunks: 39 KB a block at 16-bit, 5 blocks; 16 or 18: 69-77 KB, 3 blocks).
+constexpr int lane_min_blocks(int cph) { return cph <= 9 ? 5 : 3; }
+
+template <typename T, int kNorm, int kCPH>
+__global__ void __launch_bounds__(kRowWarps * 32, lane_min_blocks(kCPH))
+    norm_rope_lane_kernel(const RowSets<T> sets, int64_t rows, int heads, int /*G*/, int rope, float eps, float theta) {
+  lane_rows<T, kNorm, kCPH>(block_view(sets), rows, heads, rope, eps, theta);
+}
+
 // Blocks a multiprocessor the flat walk asks ptxas to fit (a register cap of 65536 / (128
 // blocks)): left to itself, ptxas hoists every chunk's table and weight reads ahead of the
 // stores (kNB 6: 114-161 registers a thread, kNB 12: 164-218). 8 blocks of 3 chunks a
@@ -1146,11 +1330,13 @@ __global__ void __launch_bounds__(kRowWarps * 32, 5) norm_rope_rows_5_kernel(con
   norm_rope_rows<T, kNorm, kCPL, kNB, kWalk>(sets, rows, heads, G, rope, eps, theta);
 }
 
-// The kernel of a walk: the flat walk's own, the others' shared one (held to 5 blocks a
-// multiprocessor for fp16 LayerNorm's pipelined walk of 4).
+// The kernel of a walk: the flat and lane-rows walks' own (kCPL: the lane-rows walk's chunks a
+// head), the others' shared one (held to 5 blocks a multiprocessor for fp16 LayerNorm's
+// pipelined walk of 4).
 template <typename T, int kNorm, int kCPL, int kNB, int kWalk>
 constexpr auto rows_kernel() {
   if constexpr (kWalk == kFlat) return norm_rope_flat_kernel<T, kNorm, kNB>;
+  else if constexpr (kWalk == kLaneRows) return norm_rope_lane_kernel<T, kNorm, kCPL>;
   else if constexpr (kWalk == kPipelined && kNB == 4 && std::is_same_v<T, __half> &&
                      kNorm == static_cast<int>(NormKind::kLayerPerHead))
     return norm_rope_rows_5_kernel<T, kNorm, kCPL, kNB, kWalk>;
@@ -1181,11 +1367,13 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
                            const char* name) {
   const int64_t rows = x.batch * x.tokens_per_batch;
   auto* kernel = rows_kernel<T, kNorm, kCPL, kNB, kWalk>();
-  // The staged walk's two row buffers per warp; the flat walk's tables and sums.
+  // The staged walk's two row buffers per warp; the flat walk's tables and sums; the
+  // lane-rows walk's two tiles and tables.
   const int row_chunks = x.heads * (x.head_dim / Vec<T>::kVE);
   const size_t smem = kWalk == kStaged ? size_t(2) * kRowWarps * x.heads * x.head_dim * sizeof(T)
                       : kWalk == kFlat ? sizeof(float) * flat_smem(x.head_dim, x.heads, row_chunks, kNorm, sizeof(T)).floats
-                                       : 0;
+                      : kWalk == kLaneRows ? static_cast<size_t>(lane_smem(x.head_dim, x.heads, sizeof(T)).bytes)
+                                           : 0;
   // As many blocks as stay resident at once (asked once per kernel and shared-memory
   // size), at most one warp per row.
   static int resident = 0, per_sm = 0, regs = 0;
@@ -1197,7 +1385,8 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
     if (smem > 48 * 1024)
       UIPC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     UIPC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kRowWarps * 32, smem));
-    UIPC_CHECK(per_sm > 0, "norm_rope: the staged walk's " + std::to_string(smem) + " bytes of shared memory do not fit");
+    UIPC_CHECK(per_sm > 0, std::string("norm_rope: the ") + name + " walk's " + std::to_string(smem) +
+                               " bytes of shared memory do not fit");
     cudaFuncAttributes fa{};
     UIPC_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
     regs = fa.numRegs;
@@ -1205,9 +1394,12 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
     resident_smem = smem;
   }
   // Two views: half the resident grid each (at least a block each). The block and flat
-  // walks take a block a row, the others a warp a row.
+  // walks take a block a row, the lane-rows walk a block a tile of 128 head rows, the others
+  // a warp a row.
   const bool block_a_row = kWalk == kBlockRows || kWalk == kFlat;
-  const int64_t want = sets.n * (block_a_row ? rows : (rows + kRowWarps - 1) / kRowWarps);
+  const int64_t want = sets.n * (kWalk == kLaneRows ? (rows * x.heads + kLaneTile - 1) / kLaneTile
+                                 : block_a_row      ? rows
+                                                    : (rows + kRowWarps - 1) / kRowWarps);
   const unsigned blocks = static_cast<unsigned>(std::max<int64_t>(sets.n, std::min<int64_t>(want, resident)));
   kernel<<<blocks, kRowWarps * 32, smem, s>>>(sets, rows, x.heads, G, static_cast<int>(p.rope), p.eps, p.rope_theta);
   // Bytes in flight per warp: the staged walk's next row; a register walk's batch of
@@ -1218,9 +1410,14 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
   // (The block walk: a warp's share of a row, kNB passes; the flat walk: a quarter of a
   // row.)
   const size_t flat_bytes = std::min(row_bytes, static_cast<size_t>(kNB) * kRowWarps * 32 * 16) / kRowWarps;
+  // (The lane-rows walk: a warp's share of the next tile.)
+  const size_t lane_bytes = static_cast<size_t>(kLaneTile) * x.head_dim * sizeof(T) / kRowWarps;
   last_launch = {std::string(name) + (sets.n == 2 ? ", Q+K one launch" : ""), static_cast<int>(blocks), kRowWarps * 32,
                  per_sm, regs, smem,
-                 std::min(row_bytes, kWalk == kStaged ? row_bytes : kWalk == kFlat ? flat_bytes : batch_bytes)};
+                 kWalk == kLaneRows ? lane_bytes
+                                    : std::min(row_bytes, kWalk == kStaged ? row_bytes
+                                                          : kWalk == kFlat ? flat_bytes
+                                                                           : batch_bytes)};
 }
 
 // Whether the staged walk's buffers (two rows per warp) fit a block's shared memory.
@@ -1270,6 +1467,32 @@ void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x
   const int row_chunks = x.heads * chunks, per_thread = (row_chunks + kRowWarps * 32 - 1) / (kRowWarps * 32);
   if (pipe < 0 && batch == 0 && staged < 0 && per_thread <= 12 && flat_is_pick<T, kNorm>(pow2_groups))
     pipe = kNormRopeFlatPipe;
+  if (pipe == kNormRopeLaneRowsPipe) {
+    if constexpr (kNorm == static_cast<int>(NormKind::kRmsAcrossHeads)) {
+      UIPC_CHECK(false, "norm_rope: the lane-rows walk normalises each head alone: per-head norms and RoPE only, not "
+                "across-heads RMS");
+    } else {
+      const bool fits = lane_smem(x.head_dim, x.heads, sizeof(T)).bytes <= 160 * 1024;
+      UIPC_CHECK(fits, "norm_rope: the lane-rows walk's tables for " + std::to_string(x.heads) + " heads of " +
+                           std::to_string(x.head_dim) + " exceed 160 KB of shared memory");
+      // Chunks a head: 16-bit head_dim 64, 72, 128 (8, 9, 16); fp32 64, 72 (16, 18).
+      bool served = true;
+      if constexpr (sizeof(T) == 2) {
+        if (chunks == 8) norm_rope_rows_launch<T, kNorm, 8, 1, kLaneRows>(s, sets, x, p, G, "lane rows");
+        else if (chunks == 9) norm_rope_rows_launch<T, kNorm, 9, 1, kLaneRows>(s, sets, x, p, G, "lane rows");
+        else if (chunks == 16) norm_rope_rows_launch<T, kNorm, 16, 1, kLaneRows>(s, sets, x, p, G, "lane rows");
+        else served = false;
+      } else {
+        if (chunks == 16) norm_rope_rows_launch<T, kNorm, 16, 1, kLaneRows>(s, sets, x, p, G, "lane rows");
+        else if (chunks == 18) norm_rope_rows_launch<T, kNorm, 18, 1, kLaneRows>(s, sets, x, p, G, "lane rows");
+        else served = false;
+      }
+      UIPC_CHECK(served, "norm_rope: the lane-rows walk takes heads of 8, 9 or 16 chunks at 16-bit types and 16 or "
+                         "18 at fp32 (head_dim 64, 72, 128; 64, 72), not " + std::to_string(chunks) +
+                             " chunks (head_dim " + std::to_string(x.head_dim) + ")");
+    }
+    return;
+  }
   if (pipe == kNormRopeFlatPipe) {
     // Chunks a thread: 3 for the benchmark's 16-bit rows (378-384 chunks), 6 for its fp32 rows.
     UIPC_CHECK(per_thread <= 12, "norm_rope: the flat walk takes rows of at most " +
@@ -1608,10 +1831,12 @@ namespace {
 bool norm_rope_args_ok(const QkView& x, const NormRopeParams& p, int batch, int pipe, int staged) {
   UIPC_CHECK(batch == 0 || batch == 8 || batch == 12, "norm_rope: batch must be 0, 8 or 12");
   UIPC_CHECK(pipe == -1 || pipe == 0 || pipe == 4 || pipe == 6 || pipe == 8 || pipe == 12 || pipe == 16 ||
-                 pipe == kNormRopeFlatPipe,
-             "norm_rope: pipe must be -1, 0, 4, 6, 8, 12, 16 (12, 16: across-heads RMS only) or " +
-                 std::to_string(kNormRopeFlatPipe) + " (the flat walk)");
-  UIPC_CHECK(pipe != kNormRopeFlatPipe || batch == 0, "norm_rope: the flat walk excludes batch");
+                 pipe == kNormRopeFlatPipe || pipe == kNormRopeLaneRowsPipe,
+             "norm_rope: pipe must be -1, 0, 4, 6, 8, 12, 16 (12, 16: across-heads RMS only), " +
+                 std::to_string(kNormRopeFlatPipe) + " (the flat walk) or " + std::to_string(kNormRopeLaneRowsPipe) +
+                 " (the lane-rows walk)");
+  UIPC_CHECK((pipe != kNormRopeFlatPipe && pipe != kNormRopeLaneRowsPipe) || batch == 0,
+             "norm_rope: the flat and lane-rows walks exclude batch");
   UIPC_CHECK((pipe != 12 && pipe != 16) || p.norm == NormKind::kRmsAcrossHeads,
              "norm_rope: pipe 12 and 16 are across-heads walks");
   UIPC_CHECK(staged == -1 || staged == 0 || staged == 4 || staged == 8, "norm_rope: staged must be -1, 0, 4 or 8");

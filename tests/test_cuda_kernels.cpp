@@ -583,6 +583,49 @@ TEST_F(CudaKernelsTest, NormRopeAcrossHeadsBlockRows) {
   EXPECT_EQ(last_norm_rope_launch().kernel.find("block rows"), std::string::npos) << last_norm_rope_launch().kernel;
 }
 
+// The cases a walk forced by `pipe` (the flat and lane-rows walks) is checked on, for one dtype
+// and norm kind, each through run_norm_rope_check and then the launch's name (it names the
+// walk, and "Q+K one launch" exactly where asked): head_dim 72 at the benchmark's 42 heads on
+// one row, 74 rows (separate views) and 3000 (fused, every block walks several rows or tiles);
+// 5 heads with a head slice out; one view alone; 64 x 48; `big_heads`: 128 x 24 (fused) and
+// 128 x 40 (separate); the norms without RoPE at 72 x 42. Stops at the first fatal failure.
+void check_walk_cases(CudaKernelsTest& t, DType dt, NormKind nk, int pipe, const std::string& walk,
+                      bool big_heads) {
+  auto check = [&](const NormRopeCheck& c) {
+    run_norm_rope_check(t, c);
+    if (t.HasFatalFailure()) return false;
+    const std::string k = last_norm_rope_launch().kernel;
+    EXPECT_NE(k.find(walk), std::string::npos) << k;
+    EXPECT_EQ(k.find("Q+K one launch") != std::string::npos, c.qk) << k;
+    return true;
+  };
+  NormRopeCheck c{dt, 72, 42, nk, true, true, true, NormRopeKernel::kVector, pipe, 1, 1, 0};
+  c.qk = true;
+  if (!check(c)) return;  // one row
+  c.S = 37, c.B = 2, c.fused = false;
+  if (!check(c)) return;
+  c.S = 50, c.B = 60, c.fused = true, c.slice_out = false;
+  if (!check(c)) return;  // 3000 rows a view
+  c.S = 37, c.B = 2, c.slice_out = true;
+  c.H = 5;
+  if (!check(c)) return;
+  c.H = 42, c.qk = false, c.fused = false;
+  if (!check(c)) return;  // one view alone
+  c.qk = true;
+  c.D = 64, c.H = 48;
+  if (!check(c)) return;
+  if (big_heads) {
+    c.D = 128, c.H = 24, c.fused = true;
+    if (!check(c)) return;
+    c.H = 40, c.fused = false;
+    if (!check(c)) return;
+  }
+  if (nk != NormKind::kNone) {
+    c.D = 72, c.H = 42, c.rope = false;
+    check(c);
+  }
+}
+
 // The flat walk (pipe kNormRopeFlatPipe: a block a row, each thread's 16-byte chunks taken
 // across head boundaries, per-head sums through shared memory, the row's RoPE table in
 // shared memory, the next row loading while this one is stored): every norm kind, every
@@ -597,38 +640,9 @@ TEST_F(CudaKernelsTest, NormRopeAcrossHeadsBlockRows) {
 TEST_F(CudaKernelsTest, NormRopeFlatWalk) {
   const NormRopeKernel kv = NormRopeKernel::kVector;
   const int flat = kNormRopeFlatPipe;
-  auto check = [&](const NormRopeCheck& c) {
-    run_norm_rope_check(*this, c);
-    if (HasFatalFailure()) return;
-    const std::string k = last_norm_rope_launch().kernel;
-    EXPECT_NE(k.find("flat"), std::string::npos) << k;
-    EXPECT_EQ(k.find("Q+K one launch") != std::string::npos, c.qk) << k;
-  };
   for (DType dt : kAllTypes) {
     for (NormKind nk : kNormKinds) {
-      NormRopeCheck c{dt, 72, 42, nk, true, true, true, kv, flat, 1, 1, 0};
-      c.qk = true;
-      check(c);  // one row
-      c.S = 37, c.B = 2, c.fused = false;
-      check(c);
-      c.S = 50, c.B = 60, c.fused = true, c.slice_out = false;
-      check(c);  // 3000 rows a view
-      c.S = 37, c.B = 2, c.slice_out = true;
-      c.H = 5;
-      check(c);
-      c.H = 42, c.qk = false, c.fused = false;
-      check(c);  // one view alone
-      c.qk = true;
-      c.D = 64, c.H = 48;
-      check(c);
-      c.D = 128, c.H = 24, c.fused = true;
-      check(c);
-      c.H = 40, c.fused = false;
-      check(c);
-      if (nk != NormKind::kNone) {
-        c.D = 72, c.H = 42, c.rope = false;
-        check(c);
-      }
+      check_walk_cases(*this, dt, nk, flat, "flat", true);
       if (HasFatalFailure()) return;
     }
   }
@@ -662,6 +676,52 @@ TEST_F(CudaKernelsTest, NormRopeFlatWalk) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("the flat walk takes rows of at most 1536"), std::string::npos) << e.what();
   }
+}
+
+// The lane-rows walk (pipe kNormRopeLaneRowsPipe: tiles of 128 head rows copied into shared
+// memory, each thread normalising one head row whole, the next tile loading while this one is
+// stored): RoPE only, per-head RMS and LayerNorm, every dtype, on check_walk_cases' shapes
+// (tiles straddle tokens: 128 head rows are 3 and a bit of 42 heads, 26 tokens of 5; one row
+// is a partial tile and leaves most blocks without one; 3000 rows make every block walk
+// several tiles, its buffers alternating); heads of 16 chunks (head_dim 128 at 16-bit types,
+// 64 at fp32) and 8 (64 at 16-bit types: the swizzled tile), of 9 and 18 (72); LayerNorm with
+// an outlier (the mean far from the first value). Each view against the float64 reference,
+// the moved heads' target and untouched bytes too. Across-heads RMS and heads of other chunk
+// counts are refused by name.
+TEST_F(CudaKernelsTest, NormRopeLaneRowsWalk) {
+  const NormRopeKernel kv = NormRopeKernel::kVector;
+  const int lane = kNormRopeLaneRowsPipe;
+  for (DType dt : kAllTypes) {
+    const bool b16 = dtype_size(dt) == 2;
+    for (NormKind nk : {NormKind::kNone, NormKind::kRmsPerHead, NormKind::kLayerPerHead}) {
+      check_walk_cases(*this, dt, nk, lane, "lane rows", b16);
+      if (HasFatalFailure()) return;
+      if (nk == NormKind::kLayerPerHead) {
+        NormRopeCheck o{dt, b16 ? 128 : 64, 24, nk, true, true, true, kv, lane, 50, 20, 0};
+        o.outlier = o.qk = true;
+        run_norm_rope_check(*this, o);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+  auto expect_refused = [&](DType dt, int D, NormKind nk, const std::string& what) {
+    auto buf = dev_->alloc(static_cast<size_t>(4) * 8 * D * 4);
+    auto gamma = dev_->alloc(static_cast<size_t>(8) * D * 4);
+    QkView v{buf.get(), 8 * D, 1, 4, 0, 8, D, {}};
+    NormRopeParams p;
+    p.norm = nk;
+    p.rope = RopeKind::k1D;
+    p.gamma = gamma.as<float>();
+    try {
+      launch_norm_rope(static_cast<cudaStream_t>(stream_->native()), v, dt, p, kv, 0, lane, 0);
+      ADD_FAILURE() << "the lane-rows walk took " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the lane-rows walk"), std::string::npos) << e.what();
+    }
+  };
+  expect_refused(DType::kBF16, 128, NormKind::kRmsAcrossHeads, "across-heads RMS");
+  expect_refused(DType::kFP32, 128, NormKind::kRmsPerHead, "fp32 heads of 32 chunks");
+  expect_refused(DType::kBF16, 96, NormKind::kRmsPerHead, "bf16 heads of 12 chunks");
 }
 
 // The shared-memory staged walk (whole rows copied in with cp.async, two buffers per
