@@ -31,8 +31,9 @@ namespace uipc {
 // rows "(vector, flat)").
 // `pipe` kNormRopeLaneRowsPipe: the vector kernel's lane-rows walk (a lane a head: tiles of
 // 128 head rows through shared memory, each thread normalising one head row whole; per-head
-// norms and RoPE, heads of 8, 9 or 16 chunks at 16-bit types, 16 or 18 at fp32); rows
-// "(vector, lane rows)".
+// norms and RoPE, heads of 8, 9 or 16 chunks at 16-bit types, 16 or 18 at fp32); the
+// launcher's pick for 16-bit LayerNorm at head_dim 72 (lane_rows_is_pick in cuda_kernels.cu);
+// rows "(vector, lane rows)".
 enum class NormRopeKernel { kAuto, kVector, kGeneral };
 inline constexpr int kNormRopeFlatPipe = 32;
 inline constexpr int kNormRopeLaneRowsPipe = 48;

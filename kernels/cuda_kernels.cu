@@ -1454,11 +1454,35 @@ bool flat_is_pick(bool pow2_groups) {
   return false;
 }
 
+// Whether the lane-rows walk serves heads of `chunks` 16-byte chunks (16-bit head_dim 64, 72,
+// 128; fp32 64, 72) and its tables for `heads` heads fit shared memory.
+template <typename T>
+bool lane_rows_serve(int chunks, const QkView& x) {
+  const bool served = sizeof(T) == 2 ? chunks == 8 || chunks == 9 || chunks == 16 : chunks == 16 || chunks == 18;
+  return served && lane_smem(x.head_dim, x.heads, sizeof(T)).bytes <= 160 * 1024;
+}
+
+// Where the layer takes the lane-rows walk: 16-bit LayerNorm on lane groups that are not a
+// power of two (head_dim 72: the lane-group walks leave 5 of 32 lanes idle and reduce both
+// statistics over 9 lanes in 5 shuffle rounds each). bench_kernels measured it beside the
+// pick before, plain 8, on three H100s (847e34c, docs/measured/2026-12-06-h100-847e34c; Q and K
+// in one launch, % of the copy bound, plain 8 -> lane rows, fused / separate): bf16 77.7-77.9 ->
+// 78.0-82.8 / 78.1-78.5 -> 81.4-82.7 (ahead in 6 of 6), fp16 80.6-81.0 -> 78.6-81.7 / 81.1-81.7 ->
+// 82.2-82.8 (fused within its spread either way). Not yet on an H200, where plain 8 reached
+// 59.4-62.8% (d658c00); there the staged walk, which like this one keeps a tile in flight through
+// shared memory, led the register walks at head_dim 64 and 128. Elsewhere it is behind every
+// pick (3-6 points; rows "(vector, lane rows, Q+K one launch)").
+template <typename T, int kNorm>
+bool lane_rows_is_pick(bool pow2_groups) {
+  return kNorm == static_cast<int>(NormKind::kLayerPerHead) && sizeof(T) == 2 && !pow2_groups;
+}
+
 // batch: passes loaded at once (8 or 12; 0 picks by the head count). pipe: the
 // software-pipelined walk (two batches of `pipe` passes, the next in flight while the
 // current is computed) for per-head norms and RoPE only: 4, 6 or 8; 0 off; -1 picks.
 // staged: the shared-memory staged walk with batches of 4 or 8 passes; 0 off; -1 picks.
-// pipe kNormRopeFlatPipe: the flat walk (also the pick where flat_is_pick says).
+// pipe kNormRopeFlatPipe: the flat walk (also the pick where flat_is_pick says); pipe
+// kNormRopeLaneRowsPipe: the lane-rows walk (also the pick where lane_rows_is_pick says).
 template <typename T, int kNorm>
 void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x, const NormRopeParams& p, int chunks,
                          int batch, int pipe, int staged) {
@@ -1467,6 +1491,8 @@ void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x
   const int row_chunks = x.heads * chunks, per_thread = (row_chunks + kRowWarps * 32 - 1) / (kRowWarps * 32);
   if (pipe < 0 && batch == 0 && staged < 0 && per_thread <= 12 && flat_is_pick<T, kNorm>(pow2_groups))
     pipe = kNormRopeFlatPipe;
+  if (pipe < 0 && batch == 0 && staged < 0 && lane_rows_is_pick<T, kNorm>(pow2_groups) && lane_rows_serve<T>(chunks, x))
+    pipe = kNormRopeLaneRowsPipe;
   if (pipe == kNormRopeLaneRowsPipe) {
     if constexpr (kNorm == static_cast<int>(NormKind::kRmsAcrossHeads)) {
       UIPC_CHECK(false, "norm_rope: the lane-rows walk normalises each head alone: per-head norms and RoPE only, not "
@@ -1475,6 +1501,7 @@ void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x
       const bool fits = lane_smem(x.head_dim, x.heads, sizeof(T)).bytes <= 160 * 1024;
       UIPC_CHECK(fits, "norm_rope: the lane-rows walk's tables for " + std::to_string(x.heads) + " heads of " +
                            std::to_string(x.head_dim) + " exceed 160 KB of shared memory");
+      // (lane_rows_serve says the same for the launcher's pick.)
       // Chunks a head: 16-bit head_dim 64, 72, 128 (8, 9, 16); fp32 64, 72 (16, 18).
       bool served = true;
       if constexpr (sizeof(T) == 2) {
