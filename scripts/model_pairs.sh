@@ -151,3 +151,5 @@ add_host_floor docs/measured/2026-12-06-h100-8c1b2ab 8c1b2ab
 add_host_floor docs/measured/2026-12-06-h100-f4dd6c5 f4dd6c5
 # And a fifth host at 214dd42, the first with the bench beside each floor report.
 add_host_floor docs/measured/2026-12-06-h100-214dd42 214dd42
+# And a sixth at 847e34c (twelfth session; the layer's code as at 214dd42).
+add_host_floor docs/measured/2026-12-06-h100-847e34c 847e34c
