@@ -1,4 +1,5 @@
-"""Helpers of the post-processing tests: the CLI as a user runs it, and a PNG check."""
+"""Helpers of the post-processing tests: the CLI as a user runs it, a PNG check, and a stored floor
+report's graphs against op by op."""
 
 from __future__ import annotations
 
@@ -40,3 +41,22 @@ def png_is_drawn(path: Path) -> str | None:
     if len(np.unique(img.reshape(-1, img.shape[-1]), axis=0)) < 2:
         return f"{path}: blank image (one pixel value)"
     return None
+
+
+def floor_graph_speedups(report: Path) -> list[float]:
+    """A stored GPU report of the floor deck run with graphs and the no-graphs ablation: per run,
+    the op-by-op twin's layer median over the replayed run's. Asserts each replayed run replayed
+    graphs and passed parity."""
+    import h5py
+
+    speedups = []
+    with h5py.File(report, "r") as f:
+        c = f["cases/floor"]
+        for run in c.attrs["runs"]:
+            if run.endswith("+no-graphs"):
+                continue
+            g, twin = c[run], c[run + "+no-graphs"]
+            assert g.attrs["graphs"] == "on" and g.attrs["graph_replays"] > 0 and g.attrs["parity_pass"] == 1, run
+            layer = lambda x: float(np.median(x["stage_ms"][()][..., 6]))  # noqa: E731
+            speedups.append(layer(twin) / layer(g))
+    return speedups

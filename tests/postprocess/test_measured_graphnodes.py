@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import h5py
-import numpy as np
+from helpers import floor_graph_speedups
 
 REPO = Path(__file__).resolve().parents[2]
 MEASURED = REPO / "docs" / "measured" / "2026-12-05-h200-graphnodes"
@@ -41,15 +41,6 @@ def test_an_event_record_costs_what_the_machine_says() -> None:
 
 def test_the_floor_with_graphs_is_the_readmes() -> None:
     """Layer medians, replayed against op by op (the no-graphs twin), per run: 1.42-1.55x."""
-    speedups = []
-    with h5py.File(FLOOR, "r") as f:
-        c = f["cases/floor"]
-        for run in c.attrs["runs"]:
-            if run.endswith("+no-graphs"):
-                continue
-            g, twin = c[run], c[run + "+no-graphs"]
-            assert g.attrs["graphs"] == "on" and g.attrs["graph_replays"] > 0 and g.attrs["parity_pass"] == 1
-            layer = lambda x: float(np.median(x["stage_ms"][()][..., 6]))  # noqa: E731
-            speedups.append(layer(twin) / layer(g))
+    speedups = floor_graph_speedups(FLOOR)
     assert len(speedups) == 6
     assert 1.41 < min(speedups) and max(speedups) < 1.56, speedups

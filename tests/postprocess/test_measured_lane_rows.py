@@ -10,9 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import h5py
-import numpy as np
 import pytest
+from helpers import floor_graph_speedups
 
 MEASURED = Path(__file__).resolve().parents[2] / "docs" / "measured" / "2026-12-06-h100-847e34c"
 RUNS = ["bench-norm-847e34c-1.txt", "bench_kernels-847e34c-2.txt", "bench-norm-847e34c-3.txt"]
@@ -89,15 +88,6 @@ def test_the_pick_takes_lane_rows_for_16_bit_layernorm_at_head_dim_72() -> None:
                                            ("graphs-floor-u1-lean-847e34c.h5", 2.90, 3.10)])
 def test_the_floor_with_graphs_is_the_readmes(report: str, lo: float, hi: float) -> None:
     """Layer medians, replayed against op by op (the no-graphs twin), per run."""
-    speedups = []
-    with h5py.File(MEASURED / report, "r") as f:
-        c = f["cases/floor"]
-        for run in c.attrs["runs"]:
-            if run.endswith("+no-graphs"):
-                continue
-            g, twin = c[run], c[run + "+no-graphs"]
-            assert g.attrs["graphs"] == "on" and g.attrs["graph_replays"] > 0 and g.attrs["parity_pass"] == 1
-            layer = lambda x: float(np.median(x["stage_ms"][()][..., 6]))  # noqa: E731
-            speedups.append(layer(twin) / layer(g))
+    speedups = floor_graph_speedups(MEASURED / report)
     assert len(speedups) == 6
     assert lo < min(speedups) and max(speedups) < hi, speedups
