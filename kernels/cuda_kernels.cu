@@ -1455,7 +1455,9 @@ bool flat_is_pick(bool pow2_groups) {
 }
 
 // Whether the lane-rows walk serves heads of `chunks` 16-byte chunks (16-bit head_dim 64, 72,
-// 128; fp32 64, 72) and its tables for `heads` heads fit shared memory.
+// 128; fp32 64, 72: the kernels instantiated) and its tables for the view's heads fit shared
+// memory: what the launcher's pick asks before taking it, and what a forced walk is refused
+// without.
 template <typename T>
 bool lane_rows_serve(int chunks, const QkView& x) {
   const bool served = sizeof(T) == 2 ? chunks == 8 || chunks == 9 || chunks == 16 : chunks == 16 || chunks == 18;
@@ -1470,8 +1472,9 @@ bool lane_rows_serve(int chunks, const QkView& x) {
 // 78.0-82.8 / 78.1-78.5 -> 81.4-82.7 (ahead in 6 of 6), fp16 80.6-81.0 -> 78.6-81.7 / 81.1-81.7 ->
 // 82.2-82.8 (fused within its spread either way). Not yet on an H200, where plain 8 reached
 // 59.4-62.8% (d658c00); there the staged walk, which like this one keeps a tile in flight through
-// shared memory, led the register walks at head_dim 64 and 128. Elsewhere it is behind every
-// pick (3-6 points; rows "(vector, lane rows, Q+K one launch)").
+// shared memory, led the register walks at head_dim 64 and 128. Elsewhere it is behind the pick
+// in 125 of 132 cell-runs (16-bit types by 0.1-6.8 points; its seven leads, fp32 and 0.2-2.2
+// points, within the runs' spread; rows "(vector, lane rows, Q+K one launch)").
 template <typename T, int kNorm>
 bool lane_rows_is_pick(bool pow2_groups) {
   return kNorm == static_cast<int>(NormKind::kLayerPerHead) && sizeof(T) == 2 && !pow2_groups;
@@ -1498,25 +1501,19 @@ void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x
       UIPC_CHECK(false, "norm_rope: the lane-rows walk normalises each head alone: per-head norms and RoPE only, not "
                 "across-heads RMS");
     } else {
-      const bool fits = lane_smem(x.head_dim, x.heads, sizeof(T)).bytes <= 160 * 1024;
-      UIPC_CHECK(fits, "norm_rope: the lane-rows walk's tables for " + std::to_string(x.heads) + " heads of " +
-                           std::to_string(x.head_dim) + " exceed 160 KB of shared memory");
-      // (lane_rows_serve says the same for the launcher's pick.)
-      // Chunks a head: 16-bit head_dim 64, 72, 128 (8, 9, 16); fp32 64, 72 (16, 18).
-      bool served = true;
+      UIPC_CHECK(lane_rows_serve<T>(chunks, x),
+                 "norm_rope: the lane-rows walk takes heads of 8, 9 or 16 chunks at 16-bit types and 16 or 18 at "
+                 "fp32 (head_dim 64, 72, 128; 64, 72) whose tables fit 160 KB of shared memory, not " +
+                     std::to_string(x.heads) + " heads of " + std::to_string(chunks) + " chunks (head_dim " +
+                     std::to_string(x.head_dim) + ")");
       if constexpr (sizeof(T) == 2) {
         if (chunks == 8) norm_rope_rows_launch<T, kNorm, 8, 1, kLaneRows>(s, sets, x, p, G, "lane rows");
         else if (chunks == 9) norm_rope_rows_launch<T, kNorm, 9, 1, kLaneRows>(s, sets, x, p, G, "lane rows");
-        else if (chunks == 16) norm_rope_rows_launch<T, kNorm, 16, 1, kLaneRows>(s, sets, x, p, G, "lane rows");
-        else served = false;
+        else norm_rope_rows_launch<T, kNorm, 16, 1, kLaneRows>(s, sets, x, p, G, "lane rows");
       } else {
         if (chunks == 16) norm_rope_rows_launch<T, kNorm, 16, 1, kLaneRows>(s, sets, x, p, G, "lane rows");
-        else if (chunks == 18) norm_rope_rows_launch<T, kNorm, 18, 1, kLaneRows>(s, sets, x, p, G, "lane rows");
-        else served = false;
+        else norm_rope_rows_launch<T, kNorm, 18, 1, kLaneRows>(s, sets, x, p, G, "lane rows");
       }
-      UIPC_CHECK(served, "norm_rope: the lane-rows walk takes heads of 8, 9 or 16 chunks at 16-bit types and 16 or "
-                         "18 at fp32 (head_dim 64, 72, 128; 64, 72), not " + std::to_string(chunks) +
-                             " chunks (head_dim " + std::to_string(x.head_dim) + ")");
     }
     return;
   }
