@@ -245,7 +245,7 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       // Q and K in one launch (launch_norm_rope_qk); the last: the layer's pick so.
       const bool one_launch[kVariants] = {false, false, false, false, false, false, false, false, false,
                                           false, false, false, true,  false, true,  true,  true,  true};
-      constexpr int kQk = kVariants - 1, kLaneQk = 12;
+      constexpr int kQk = kVariants - 1, kLaneQk = 12;  // kLaneQk: " (vector, lane rows, Q+K one launch)"
       const char* variant[kVariants] = {"", " (general kernel)", " (vector, 8 passes)", " (vector, 12 passes)",
                                         " (vector, pipelined 4)", " (vector, pipelined 6)", " (vector, pipelined 8)",
                                         " (vector, staged 4)", " (vector, staged 8)", " (vector, pipelined rows)",
@@ -264,11 +264,8 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
         if (pipe[w] > 0 && pipe[w] != kFlat && across != (pipe[w] == 12 || pipe[w] == 16)) continue;
         if (pipe[w] == 12 && passes > 12) continue;
         if (pipe[w] == 16 && passes > 48) continue;
-        // The lane-rows walk: per-head norms and RoPE, heads of 8, 9 or 16 chunks (16-bit) or
-        // 16 or 18 (fp32).
-        const int cph = sh.D * static_cast<int>(es) / 16;
-        const bool lane_served = es == 2 ? cph == 8 || cph == 9 || cph == 16 : cph == 16 || cph == 18;
-        if (pipe[w] == kLane && (across || !lane_served)) continue;
+        // The lane-rows walk where it serves the shape (across heads: skipped above).
+        if (pipe[w] == kLane && !norm_rope_lane_rows_serve(sh.dt, sh.D, sh.H)) continue;
         // The one-launch pair of the 16-bit LayerNorm pick: only where the staged walk is
         // a candidate (16-bit types, power-of-two lane groups; a row too long for it is
         // refused by the launcher, as for the staged rows above).

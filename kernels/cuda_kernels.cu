@@ -1285,10 +1285,11 @@ __device__ __forceinline__ void lane_rows(const BlockView<T>& bv, int64_t rows, 
   cp_async_wait<0>();
 }
 
-// Blocks a multiprocessor the lane-rows walk asks ptxas to fit: left to itself it hoists every
-// chunk's weight and table reads ahead of the stores (nvcc -Xptxas -v, sm_90: 16-bit LayerNorm
-// 128 registers at 9 chunks a head, 254 at 16). Capped at what shared memory allows anyway
-// (a tile of 9 chunks: 39 KB a block at 16-bit, 5 blocks; 16 or 18: 69-77 KB, 3 blocks).
+// Blocks a multiprocessor the lane-rows walk asks ptxas to fit, what shared memory allows anyway
+// (a tile of 9 chunks a head: 39 KB a block at 16-bit, 5 blocks; 16 or 18: 65-74 KB, 3 blocks).
+// Held so (nvcc -Xptxas -v, sm_90): 16-bit 62-96 registers at 8 or 9 chunks, 80-167 at 16; fp32 56-116;
+// no spills. (A first draft that held a head row in registers between the passes took 128 and
+// 254 at 16-bit LayerNorm unbounded, and spilled 88-264 bytes at bf16 under the bound.)
 constexpr int lane_min_blocks(int cph) { return cph <= 9 ? 5 : 3; }
 
 template <typename T, int kNorm, int kCPH>
@@ -1454,14 +1455,16 @@ bool flat_is_pick(bool pow2_groups) {
   return false;
 }
 
-// Whether the lane-rows walk serves heads of `chunks` 16-byte chunks (16-bit head_dim 64, 72,
-// 128; fp32 64, 72: the kernels instantiated) and its tables for the view's heads fit shared
-// memory: what the launcher's pick asks before taking it, and what a forced walk is refused
-// without.
-template <typename T>
-bool lane_rows_serve(int chunks, const QkView& x) {
-  const bool served = sizeof(T) == 2 ? chunks == 8 || chunks == 9 || chunks == 16 : chunks == 16 || chunks == 18;
-  return served && lane_smem(x.head_dim, x.heads, sizeof(T)).bytes <= 160 * 1024;
+// Whether the lane-rows walk serves heads of head_dim elements of elem_bytes each: 8, 9 or 16
+// chunks of 16 bytes at 16-bit types (head_dim 64, 72, 128), 16 or 18 at fp32 (64, 72): the
+// kernels instantiated; and whether its tables for `heads` heads fit shared memory. What the
+// launcher's pick asks before taking it, what a forced walk is refused without, and (through
+// norm_rope_lane_rows_serve) where bench_kernels runs it.
+bool lane_rows_serve(int elem_bytes, int head_dim, int heads) {
+  if (head_dim * elem_bytes % 16 != 0) return false;
+  const int chunks = head_dim * elem_bytes / 16;
+  const bool served = elem_bytes == 2 ? chunks == 8 || chunks == 9 || chunks == 16 : chunks == 16 || chunks == 18;
+  return served && lane_smem(head_dim, heads, elem_bytes).bytes <= 160 * 1024;
 }
 
 // Where the layer takes the lane-rows walk: 16-bit LayerNorm on lane groups that are not a
@@ -1494,14 +1497,15 @@ void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x
   const int row_chunks = x.heads * chunks, per_thread = (row_chunks + kRowWarps * 32 - 1) / (kRowWarps * 32);
   if (pipe < 0 && batch == 0 && staged < 0 && per_thread <= 12 && flat_is_pick<T, kNorm>(pow2_groups))
     pipe = kNormRopeFlatPipe;
-  if (pipe < 0 && batch == 0 && staged < 0 && lane_rows_is_pick<T, kNorm>(pow2_groups) && lane_rows_serve<T>(chunks, x))
+  if (pipe < 0 && batch == 0 && staged < 0 && lane_rows_is_pick<T, kNorm>(pow2_groups) &&
+      lane_rows_serve(sizeof(T), x.head_dim, x.heads))
     pipe = kNormRopeLaneRowsPipe;
   if (pipe == kNormRopeLaneRowsPipe) {
     if constexpr (kNorm == static_cast<int>(NormKind::kRmsAcrossHeads)) {
       UIPC_CHECK(false, "norm_rope: the lane-rows walk normalises each head alone: per-head norms and RoPE only, not "
                 "across-heads RMS");
     } else {
-      UIPC_CHECK(lane_rows_serve<T>(chunks, x),
+      UIPC_CHECK(lane_rows_serve(sizeof(T), x.head_dim, x.heads),
                  "norm_rope: the lane-rows walk takes heads of 8, 9 or 16 chunks at 16-bit types and 16 or 18 at "
                  "fp32 (head_dim 64, 72, 128; 64, 72) whose tables fit 160 KB of shared memory, not " +
                      std::to_string(x.heads) + " heads of " + std::to_string(chunks) + " chunks (head_dim " +
@@ -1830,6 +1834,10 @@ __global__ void convert_2d_kernel(const float* __restrict__ in, int64_t ld_in, T
 }  // namespace
 
 NormRopeLaunchInfo last_norm_rope_launch() { return last_launch; }
+
+bool norm_rope_lane_rows_serve(DType dtype, int head_dim, int heads) {
+  return lane_rows_serve(static_cast<int>(dtype_size(dtype)), head_dim, heads);
+}
 
 MemoryBandwidth memory_bandwidth() {
   static std::mutex mu;
