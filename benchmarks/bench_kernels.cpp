@@ -20,8 +20,9 @@
 //  - latency floor: the parts of a scatter's fixed cost (event hop between streams,
 //    stream-memory-op round trip, a small copy, and the host's cost to enqueue each), and
 //    what a graph's nodes cost (a kernel, an event record, a hop between streams), and the
-//    latency floor deck's own ops (GEMMs, norm+RoPE, attention, conversion, copy) as graph
-//    nodes, op by op, and in host enqueue;
+//    latency floor deck's own ops (GEMMs, norm+RoPE, attention, conversion, copy, and the
+//    scatter's at one rank: NCCL's all-to-all, a stream write and wait) as graph nodes, op by
+//    op, and in host enqueue;
 //  - with two GPUs or more, the peer link in the Ulysses2 scatter's shape;
 //  - nccl: with two GPUs or more, NCCL's all-to-all on 2..N of them, 1 KB .. 1 GB
 //    (benchmarks/bench_nccl.cpp, like nccl-tests' alltoall_perf).
@@ -816,7 +817,9 @@ void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) 
 // it, kGraphKernels times in a row: issued op by op behind a gate (the GPU's time per op, the
 // host's enqueue per op) and captured once as a graph, launched kGraphLaunches times behind a
 // gate (the GPU's time per op as a node); each figure the median of kFloorOpTrials such runs.
-// Three rows per op: graph, streams, host.
+// Three rows per op: graph, streams, host. The scatter's ops at one rank are among them (the
+// model's lean graph floor was long by about NCCL's fixed cost and the handshake's memory
+// operations, which no row timed as graph nodes; docs/model.md).
 constexpr int kFloorOpTrials = 9;
 void floor_op_rows(Device& dev, Stream& a, LayerKernels& kern, std::vector<Row>& rows) {
   constexpr int64_t M = 256, H = 8, D = 64, C = H * D;
@@ -833,6 +836,17 @@ void floor_op_rows(Device& dev, Stream& a, LayerKernels& kern, std::vector<Row>&
   std::vector<float> g(static_cast<size_t>(C), 1.0f);
   auto gamma = dev.alloc(g.size() * 4);
   dev.copy_to_device(gamma.get(), g.data(), g.size() * 4);
+  auto recv = dev.alloc(static_cast<size_t>(M * 3 * C) * 2);  // the one-rank all-to-all's
+  auto word = dev.alloc(sizeof(uint64_t));
+  const uint64_t zero = 0;
+  dev.copy_to_device(word.get(), &zero, sizeof(zero));
+  std::unique_ptr<bench::OneRankNccl> nccl;
+  std::string nccl_why;
+  try {
+    nccl = std::make_unique<bench::OneRankNccl>();
+  } catch (const std::exception& e) {
+    nccl_why = e.what();
+  }
   auto view = [&](int j) {  // Q (j = 0) or K (j = 1) of the fused QKV rows
     QkView vw;
     vw.data = static_cast<unsigned char*>(qkv.get()) + j * C * 2;
@@ -869,8 +883,23 @@ void floor_op_rows(Device& dev, Stream& a, LayerKernels& kern, std::vector<Row>&
        [&] { kern.convert_from_f32(a, f32.as<float>(), dst.get(), M * C, DType::kBF16); }},
       {kFloorOpCopy, "1024 B x 256 rows, pitch 3072 B",
        [&] { dev.copy_2d(a, dst.get(), C * 2, qkv.as<unsigned char>() + 2 * C * 2, 3 * C * 2, C * 2, M); }},
+      // The handshake's ready at one rank: its own word written, then waited on (the value
+      // is reached at once: what is timed is the two operations' fixed cost).
+      {kFloorOpMemop, "one 64-bit word, write then wait >= 1",
+       [&] {
+         dev.write_value64(a, word.as<uint64_t>(), 1);
+         dev.wait_value64_geq(a, word.as<uint64_t>(), 1, WaitLabel{0, "the benchmark's own word"});
+       }},
+      // The nccl transport's exchange of the floor's Q, K and V at Ulysses1: one all-to-all.
+      {kFloorOpNcclOneRank, "768 KB (Q, K and V of 256 tokens x 512, bf16)",
+       [&] { nccl->all_to_all(a.native(), qkv.get(), recv.get(), static_cast<size_t>(M * 3 * C) * 2); }},
   };
   for (const Op& op : ops) {
+    if (std::string(op.name) == kFloorOpNcclOneRank && !nccl) {
+      rows.push_back({"latency", floor_op_what(kGraphRows, op.name), op.shape, 0, 0, "", kNoBound,
+                      "not measured: " + nccl_why});
+      continue;
+    }
     op.issue();  // warm: plans, heuristics and workspaces before any timing or capture
     a.synchronize();
     // One chain op by op: twenty library calls' enqueue stays inside the gate; the median of

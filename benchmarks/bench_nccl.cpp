@@ -112,6 +112,20 @@ std::vector<AllToAllPoint> nccl_alltoall_sweep(int max_ranks, int64_t min_bytes,
   return out;
 }
 
+OneRankNccl::OneRankNccl() {
+  int dev = 0;
+  UIPC_CUDA_CHECK(cudaGetDevice(&dev));
+  UIPC_NCCL_CHECK(ncclCommInitAll(&comm_, 1, &dev));
+}
+
+OneRankNccl::~OneRankNccl() {
+  if (comm_) ncclCommDestroy(comm_);
+}
+
+void OneRankNccl::all_to_all(void* stream, const void* send, void* recv, size_t bytes) {
+  UIPC_NCCL_CHECK(ncclAlltoAll(send, recv, bytes, ncclUint8, comm_, static_cast<cudaStream_t>(stream)));
+}
+
 void print_alltoall(const std::vector<AllToAllPoint>& points) {
   int last = 0;
   for (const AllToAllPoint& p : points) {

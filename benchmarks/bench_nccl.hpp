@@ -4,6 +4,9 @@
 // the machine model assumes for NCCL (docs/model.md, "NCCL as it scales"), measured.
 #pragma once
 
+#include <nccl.h>
+
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,5 +34,21 @@ void print_alltoall(const std::vector<AllToAllPoint>& points);
 // Writes the sweep as group /nccl_alltoall (arrays ranks, bytes, us, algbw_gbs, busbw_gbs)
 // into `file`.
 void write_alltoall_h5(const h5::File& file, const std::vector<AllToAllPoint>& points);
+
+// A one-rank NCCL communicator on the current device: what the nccl transport runs at
+// Ulysses1, where its all-to-all is a copy to the rank itself. For the latency section's
+// floor-op rows (NCCL's fixed cost at one rank, op by op and as a graph node).
+class OneRankNccl {
+ public:
+  OneRankNccl();  // throws RuntimeError when NCCL cannot set it up
+  ~OneRankNccl();
+  OneRankNccl(const OneRankNccl&) = delete;
+  OneRankNccl& operator=(const OneRankNccl&) = delete;
+  // ncclAlltoAll of `bytes` from send to recv on `stream`, the call the layer makes.
+  void all_to_all(void* stream, const void* send, void* recv, size_t bytes);
+
+ private:
+  ncclComm_t comm_ = nullptr;
+};
 
 }  // namespace uipc::bench

@@ -42,6 +42,10 @@ inline constexpr const char* kFloorOpNormRope = "norm+RoPE, Q and K in one launc
 inline constexpr const char* kFloorOpAttention = "attention";
 inline constexpr const char* kFloorOpConversion = "fp32 -> bf16 conversion";
 inline constexpr const char* kFloorOpCopy = "V's 2-D copy out of the QKV rows";
+// The scatter's own fixed costs at one rank: the nccl transport's all-to-all (a copy to the
+// rank itself) and one end of the IPC handshake (a write of a 64-bit word, a wait on it).
+inline constexpr const char* kFloorOpNcclOneRank = "NCCL all-to-all at one rank";
+inline constexpr const char* kFloorOpMemop = "a stream write and wait of a 64-bit word";
 // The `what` of the floor-op row of `op` timed `way` (kGraphRows, kStreamRows or kHostRows).
 inline std::string floor_op_what(const char* way, const char* op) {
   return std::string(way) + ": " + kFloorOpPrefix + op;
