@@ -56,6 +56,8 @@ struct Options {
   std::vector<std::string> host_args;                         // validate --host MEASURED=BENCH.h5
   std::map<std::string, std::string> host;                    // measured report -> the bench of its host
   std::string host_bench;                                     // predict --host BENCH.h5
+  std::vector<std::string> gpu_args;                          // validate --gpu MEASURED=BENCH.h5
+  std::map<std::string, std::string> gpu;                     // measured report -> the bench of its GPU
   std::vector<std::string> timed_events;  // measured reports whose code recorded every event timed
   int jobs = 0;  // calibrate, loo: threads replaying the cases (0: one per hardware thread)
 };
@@ -118,6 +120,13 @@ void declare(CLI::App& app, Options& o) {
                     "a bench_kernels -o file measured beside MEASURED, on its host (the floor-op rows of its latency "
                     "section): that host's call costs (host_gemm_us, host_attention_us, host_launch_us, "
                     "host_copy_us, host_api_us) replace the machine's in that report's replays (repeatable)")
+          ->type_name("MEASURED=BENCH.h5");
+    if (std::string(sub.name) == "validate")
+      c->add_option("--gpu", o.gpu_args,
+                    "a bench_kernels -o file measured beside MEASURED, on its GPU (the graph-node and floor-op rows "
+                    "of its latency section): that GPU's device costs, op by op and as graph nodes (an empty "
+                    "kernel, each kind's floor op, a record, a stream write or wait, NCCL at one rank), replace the "
+                    "machine's in that report's replays (repeatable)")
           ->type_name("MEASURED=BENCH.h5");
     if (std::string(sub.name) != "validate")
       c->add_option("--jobs", o.jobs,
@@ -207,6 +216,7 @@ Options parse(int argc, char** argv, std::string* text) {
   per_report(o.bench_args, "--bench", "BENCH.h5", o.bench);
   per_report(o.group_args, "--group", "NAME", o.group);
   per_report(o.host_args, "--host", "BENCH.h5", o.host);
+  per_report(o.gpu_args, "--gpu", "BENCH.h5", o.gpu);
   for (const auto& w : o.without) require_measured("--without", w);
   for (const auto& w : o.timed_events) require_measured("--timed-events", w);
   return o;
@@ -232,6 +242,8 @@ std::vector<Joined> join_pairs(const Options& o) {
     const auto host = o.host.find(mpath);
     const std::map<std::string, double> host_costs =
         host == o.host.end() ? std::map<std::string, double>{} : read_host_costs(host->second);
+    const auto gpu = o.gpu.find(mpath);
+    const model::DeviceCosts device = gpu == o.gpu.end() ? model::DeviceCosts{} : read_device_costs(gpu->second);
     const auto own_ablation = o.ablation.find(mpath), any_ablation = o.ablation.find("");
     const std::string ablation = own_ablation != o.ablation.end()   ? own_ablation->second
                                  : any_ablation != o.ablation.end() ? any_ablation->second
@@ -278,6 +290,7 @@ std::vector<Joined> join_pairs(const Options& o) {
       j.replay.measured = m.median_ms;
       j.replay.norm_rope = norm_rope;
       j.replay.host_costs = host_costs;
+      j.replay.device = device;
       j.replay.issue = m.graph_replay ? model::Issue::kGraphReplay : model::Issue::kOpByOp;
       out.push_back(std::move(j));
     }
@@ -646,6 +659,23 @@ int model_command(int argc, char** argv) {
       }
       std::printf("%s%s: its host's call costs from %s:%s\n", o.markdown ? "" : "# ", base_name(report).c_str(),
                   bench.c_str(), costs.c_str());
+    }
+    for (const auto& [report, bench] : o.gpu) {
+      const auto j = std::find_if(joined.begin(), joined.end(),
+                                  [&, &report = report](const Joined& x) { return x.measured_report == report; });
+      if (j == joined.end()) continue;
+      const model::DeviceCosts& d = j->replay.device;
+      auto both = [](const model::IssueCost& c) {
+        char b[48];
+        std::snprintf(b, sizeof(b), "%.2f/%.2f", c.op_by_op, c.graph);
+        return std::string(b);
+      };
+      std::printf("%s%s: its GPU's device costs from %s (us, op by op/graph): empty kernel %s, record %s, memop %s, "
+                  "nccl at one rank %s; least in all: gemm %s, norm_rope %s, attention %s, convert %s, copy %s\n",
+                  o.markdown ? "" : "# ", base_name(report).c_str(), bench.c_str(), both(d.empty_kernel).c_str(),
+                  both(d.record_after_work).c_str(), both(d.memop).c_str(), both(d.nccl_one_rank).c_str(),
+                  both(d.gemm).c_str(), both(d.norm_rope).c_str(), both(d.attention).c_str(), both(d.convert).c_str(),
+                  both(d.copy).c_str());
     }
     print_rows(rows, o.markdown, stdout);
     return 0;

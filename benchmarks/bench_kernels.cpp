@@ -776,8 +776,8 @@ void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) 
   // Two timed records back to back: what a record behind a record costs (1.36 us on the
   // H200 at 9d2ed1a, against 2.34 behind a kernel; docs/model.md, "A record behind a record").
   const Variant variants[] = {
-      {"empty kernels", 0, false, EventUse::kTimed},
-      {"empty kernels, an event recorded after each", 1, false, EventUse::kTimed},
+      {kEmptyKernels, 0, false, EventUse::kTimed},
+      {kEmptyKernelsRecorded, 1, false, EventUse::kTimed},
       {"empty kernels, two events recorded after each", 2, false, EventUse::kTimed},
       {"empty kernels, an ordering event recorded after each", 1, false, EventUse::kOrdering},
       {"empty kernels, a hop to a second stream and back after each", 0, true, EventUse::kTimed},
@@ -836,7 +836,8 @@ void floor_op_rows(Device& dev, Stream& a, LayerKernels& kern, std::vector<Row>&
   std::vector<float> g(static_cast<size_t>(C), 1.0f);
   auto gamma = dev.alloc(g.size() * 4);
   dev.copy_to_device(gamma.get(), g.data(), g.size() * 4);
-  auto recv = dev.alloc(static_cast<size_t>(M * 3 * C) * 2);  // the one-rank all-to-all's
+  static_assert(M * 3 * C * 2 == kFloorOpNcclOneRankBytes, "the model reads the one-rank all-to-all's size");
+  auto recv = dev.alloc(static_cast<size_t>(kFloorOpNcclOneRankBytes));  // the one-rank all-to-all's
   auto word = dev.alloc(sizeof(uint64_t));
   const uint64_t zero = 0;
   dev.copy_to_device(word.get(), &zero, sizeof(zero));
@@ -892,7 +893,7 @@ void floor_op_rows(Device& dev, Stream& a, LayerKernels& kern, std::vector<Row>&
        }},
       // The nccl transport's exchange of the floor's Q, K and V at Ulysses1: one all-to-all.
       {kFloorOpNcclOneRank, "768 KB (Q, K and V of 256 tokens x 512, bf16)",
-       [&] { nccl->all_to_all(a.native(), qkv.get(), recv.get(), static_cast<size_t>(M * 3 * C) * 2); }},
+       [&] { nccl->all_to_all(a.native(), qkv.get(), recv.get(), static_cast<size_t>(kFloorOpNcclOneRankBytes)); }},
   };
   for (const Op& op : ops) {
     if (std::string(op.name) == kFloorOpNcclOneRank && !nccl) {

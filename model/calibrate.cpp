@@ -16,10 +16,12 @@ namespace uipc::model {
 namespace {
 
 // The machine a case replays on: `machine` itself, or a copy with the case's own norm+RoPE
-// profile (the code that measured it) and its host's own call costs (measured beside it).
+// profile (the code that measured it), its host's own call costs and its GPU's own device
+// costs (both measured beside it).
 Machine with_own_profile(const ReplayCase& c, const Machine& machine) {
   Machine own = machine;
   if (!c.norm_rope.empty()) own.norm_rope = c.norm_rope;
+  if (!c.device.empty()) own.device = c.device;
   for (const auto& [name, us] : c.host_costs) {
     const auto p = own.params.find(name);
     if (p == own.params.end()) throw InputError(c.label + ": host cost of an unknown parameter '" + name + "'");
@@ -52,7 +54,7 @@ std::vector<double> stages_on(const ReplayCase& c, const Machine& m, int num_sta
 }  // namespace
 
 std::vector<double> modeled_stages(const ReplayCase& c, const Machine& machine, int num_stages) {
-  if (c.norm_rope.empty() && c.host_costs.empty()) return stages_on(c, machine, num_stages);
+  if (c.norm_rope.empty() && c.host_costs.empty() && c.device.empty()) return stages_on(c, machine, num_stages);
   return stages_on(c, with_own_profile(c, machine), num_stages);
 }
 
@@ -208,8 +210,9 @@ FitResult calibrate(const std::vector<ReplayCase>& cases, const Machine& start, 
                     const std::string& fitted_from, int jobs) {
   if (cases.empty()) throw InputError("calibrate: no measured runs to fit to");
   for (const ReplayCase& c : cases)  // the fit sets the machine's host costs on every case
-    if (!c.host_costs.empty())
-      throw InputError("calibrate: " + c.label + " carries its host's measured call costs: only validate replays those");
+    if (!c.host_costs.empty() || !c.device.empty())
+      throw InputError("calibrate: " + c.label + " carries its host's or its GPU's measured costs: only validate "
+                       "replays those");
   Objective f(cases, start, num_stages, jobs);
   std::vector<double> u;
   for (const auto& [name, p] : start.params)

@@ -36,6 +36,9 @@ struct ReplayCase {
   // name -> us), replacing the machine's in its replays: empty for the machine's own. Only
   // validate takes them; a fit fits the machine's.
   std::map<std::string, double> host_costs;
+  // The GPU's own device costs measured beside the report (the same bench's empty-kernel and
+  // floor-op rows; model/machine.hpp), in place of the machine's fitted ones: validate only.
+  DeviceCosts device;
   // How the measured layers were issued: replayed graphs are modelled without host calls
   // between their ops (reports before graphs, and --graphs off: op by op).
   Issue issue = Issue::kOpByOp;

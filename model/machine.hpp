@@ -56,6 +56,33 @@ struct GemmPoint {
   std::string source;
 };
 
+// A GPU's own fixed costs, measured beside a report by bench_kernels on the same GPU (its
+// latency section: the empty-kernel rows and the floor-op rows, each op by op and as a node of
+// a graph), us; 0 where the bench did not measure it. A replay that has them takes, in place
+// of the machine's fitted device costs (docs/model.md, "A report's own GPU"):
+//  - an empty kernel's time as every kernel's and same-device copy's fixed cost
+//    (kernel_latency_us, copy_latency_us), each kind at least its floor-op row in all
+//    (the op's modelled work counted in it);
+//  - a timed record right after device work: its row less the empty kernel's (event_record_us);
+//  - each end of the handshake (a stream write or wait): half the write-and-wait row
+//    (memop_latency_us);
+//  - NCCL at one rank: the one-rank all-to-all's row less its copy at the streaming rate
+//    (nccl_latency_us, for a one-rank communicator only).
+// Peer copies and NCCL between GPUs keep the machine's.
+struct IssueCost {
+  double op_by_op = 0, graph = 0;  // issued op by op (streams rows), a node of a graph (graph rows)
+  double at(bool graph_replay) const { return graph_replay ? graph : op_by_op; }
+};
+struct DeviceCosts {
+  IssueCost empty_kernel, record_after_work, memop, nccl_one_rank;
+  // The floor-op rows: the least a GEMM (the faster of the two projections), a norm+RoPE, an
+  // attention, a conversion and a same-device 2-D copy took in all.
+  IssueCost gemm, norm_rope, attention, convert, copy;
+  double nccl_one_rank_bytes = 0;  // what the one-rank all-to-all row moved
+  std::string source;              // the bench file; empty: none (the machine's own costs)
+  bool empty() const { return source.empty(); }
+};
+
 extern const char* const kNormKindNames[4];
 extern const char* const kDTypeNames[3];
 
@@ -67,6 +94,7 @@ struct Machine {
   std::vector<AttentionPoint> attention;
   std::vector<NormRopePoint> norm_rope;  // may be empty
   std::vector<GemmPoint> gemm;           // may be empty
+  DeviceCosts device;                    // a GPU's own measured costs (replays only; not in the JSON)
 
   double p(const std::string& name) const;  // the value; throws for an unknown name
 };

@@ -32,7 +32,12 @@ struct Rates {
   bool peer_on_sm;
   const Machine* m;
 
-  explicit Rates(const Machine& mc) : m(&mc) {
+  // A GPU's own measured costs (Machine::device), ms: each kind's least time in all (0: none),
+  // a same-device copy's fixed cost and NCCL's at one rank.
+  double floor_gemm = 0, floor_norm = 0, floor_attention = 0, floor_convert = 0, floor_copy = 0;
+  double local_copy_lat, nccl_self_lat;
+
+  explicit Rates(const Machine& mc, Issue issue = Issue::kOpByOp) : m(&mc) {
     auto us = [&](const char* n) { return mc.p(n) * 1e-3; };
     auto gbs = [&](const char* n) { return mc.p(n) * 1e6; };  // GB/s -> bytes per ms
     sm_count = static_cast<int>(mc.p("sm_count"));
@@ -78,6 +83,37 @@ struct Rates {
     copy_behind_gemm = mc.p("sm_copy_share_behind_gemm");
     engines = static_cast<int>(mc.p("copy_engines"));
     peer_on_sm = mc.p("peer_copy_on_sm") >= 0.5;
+    local_copy_lat = copy_lat;
+    nccl_self_lat = nccl_lat;
+    if (!mc.device.empty()) own_device_costs(mc.device, issue == Issue::kGraphReplay);
+  }
+
+  // What the bench measured on this GPU stands for the machine's fitted device costs
+  // (model/machine.hpp, DeviceCosts): each figure as the layer was issued.
+  void own_device_costs(const DeviceCosts& d, bool graph) {
+    auto ms = [&](const IssueCost& c) { return c.at(graph) * 1e-3; };
+    if (ms(d.empty_kernel) > 0) kernel_lat = local_copy_lat = ms(d.empty_kernel);
+    if (ms(d.record_after_work) > 0) event_record = ms(d.record_after_work);
+    if (ms(d.memop) > 0) memop = ms(d.memop);
+    if (ms(d.nccl_one_rank) > 0) nccl_self_lat = std::max(0.0, ms(d.nccl_one_rank) - 2 * d.nccl_one_rank_bytes / stream);
+    floor_gemm = ms(d.gemm);
+    floor_norm = ms(d.norm_rope);
+    floor_attention = ms(d.attention);
+    floor_convert = ms(d.convert);
+    floor_copy = ms(d.copy);
+  }
+  // The least time in all the bench measured for an op of this kind (0: none).
+  double floor_of(const Op& op, bool local_copy) const {
+    if (op.kind == OpKind::kCopy) return local_copy ? floor_copy : 0.0;
+    if (op.kind != OpKind::kKernel) return 0.0;
+    switch (op.kernel) {
+      case KernelKind::kGemm: return floor_gemm;
+      case KernelKind::kNormRope: return floor_norm;
+      case KernelKind::kAttention: return floor_attention;
+      case KernelKind::kConvert: return floor_convert;
+      case KernelKind::kNone: return 0.0;
+    }
+    return 0.0;
   }
   int node_of(int gpu) const { return gpu / gpus_per_node; }
 };
@@ -244,7 +280,7 @@ struct WordWrite {
 class Simulation {
  public:
   Simulation(const std::vector<RankTrace>& traces, const Machine& m, Issue issue)
-      : tr_(traces), r_(m), issue_(issue) {
+      : tr_(traces), r_(m, issue), issue_(issue) {
     const int world = static_cast<int>(traces.size());
     if (world == 0) throw InputError("simulate: no traces");
     if (world > r_.gpus)
@@ -602,7 +638,7 @@ class Simulation {
     // The chunk a rank sends itself is one contiguous device-to-device copy (NCCL's own
     // send/recv to self): at the streaming rate, not the strided 2-D copy's (measured op by
     // op on one H200: a one-rank all-to-all of 311 MB in 148 us, 4.2 TB/s read+write).
-    if (members.size() <= 1) return r_.nccl_lat + (op.collective == CollectiveKind::kAllToAll ? 2 * op.bytes / r_.stream : 0);
+    if (members.size() <= 1) return r_.nccl_self_lat + (op.collective == CollectiveKind::kAllToAll ? 2 * op.bytes / r_.stream : 0);
     bool cross = false;
     for (int a : members)
       for (int b : members) cross = cross || r_.node_of(a) != r_.node_of(b);
@@ -625,6 +661,16 @@ class Simulation {
     // All-reduce as a ring: every rank sends 2 (p-1)/p of the buffer over the ring's slowest hop.
     const double bw = cross ? nic : r_.link * r_.nccl_link;
     return lat + 2 * (p - 1) / p * op.bytes / bw;
+  }
+
+  // A kernel's or copy's fixed cost before its work: the machine's latency; where the GPU's
+  // own costs give a least time for its kind, at least that less the op's own work.
+  double fixed_cost(const SimOp& s) const {
+    const Op& op = *s.op;
+    const bool local = op.kind == OpKind::kCopy && s.src_gpu == s.dst_gpu;
+    const double lat = op.kind != OpKind::kCopy ? r_.kernel_lat : local ? r_.local_copy_lat : r_.copy_lat;
+    const double least = r_.floor_of(op, local);
+    return least > 0 ? std::max(lat, least - s.remaining) : lat;
   }
 
   bool advance_stream(int rk, size_t sidx, double t) {
@@ -661,12 +707,9 @@ class Simulation {
             break;
           case OpKind::kKernel:
           case OpKind::kMemset:
-            s.state = State::kLatency;
-            s.phase_end = t + r_.kernel_lat;
-            break;
           case OpKind::kCopy:
             s.state = State::kLatency;
-            s.phase_end = t + r_.copy_lat;
+            s.phase_end = t + fixed_cost(s);
             break;
           case OpKind::kHostSync:
           case OpKind::kHostCall:

@@ -131,7 +131,11 @@ done
 # it, whose floor-op rows measure that host's call costs: HOSTS_H100 (`model validate ...
 # "${PAIRS_H100[@]}" "${HOSTS_H100[@]}"`) replays each report with them in place of the
 # machine's (docs/model.md, "A report's own host").
+# The same benches' graph-node and floor-op rows measure that GPU's device costs: GPUS_H100
+# (`... "${GPUS_H100[@]}"`) replays each report with them in place of the machine's (docs/model.md,
+# "A report's own GPU").
 HOSTS_H100=()
+GPUS_H100=()
 add_host_floor() {  # folder rev: its two floor reports, each with the bench beside it (the first's
   local n b          # where the lean one has none: before 4628581)
   for n in graphs-floor-u1 graphs-floor-u1-lean; do
@@ -139,6 +143,7 @@ add_host_floor() {  # folder rev: its two floor reports, each with the bench bes
     [ -f "$b" ] || b=$1/host-speed-graphs-floor-u1-$2.h5
     PAIRS_H100+=(--pair "$1/$n-$2.h5=$T/$n-$2.h5")
     HOSTS_H100+=(--host "$1/$n-$2.h5=$b")
+    GPUS_H100+=(--gpu "$1/$n-$2.h5=$b")
     FROM_REPORT+=("$1/$n-$2.h5")
   done
 }

@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -593,6 +594,81 @@ TEST(ModelBench, HostCostsComeFromTheFloorOpHostRows) {
   copy = 2e4;  // us: beyond what any host call can cost (host_copy_us's bounds)
   const std::string error = error_of(bench("absurd.h5", true));
   EXPECT_NE(error.find("host_copy_us it gives is 20000 us, outside"), std::string::npos) << error;
+}
+
+// A GPU's own device costs come from bench_kernels' graph-node and floor-op rows, each op by
+// op (streams rows) and as a graph node (graph rows): the empty kernel's, a record after work as
+// its row less the empty kernel's, the faster projection as the GEMM's least, half the write-and-
+// wait row a memory op; the host rows are not read; the NCCL and memory-op rows are optional
+// (code before db07774 has none), the others required, and an absurd figure is refused.
+TEST(ModelBench, DeviceCostsComeFromTheGraphNodeAndFloorOpRows) {
+  TempDir dir;
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> u(1.0, 20.0);
+  std::map<std::string, std::pair<double, double>> gpu;  // what -> (streams, graph)
+  for (const char* w : {uipc::kEmptyKernels, uipc::kEmptyKernelsRecorded}) gpu[w] = {u(rng), u(rng)};
+  gpu[uipc::kEmptyKernelsRecorded].first += 25;  // a record after a kernel costs more than none
+  gpu[uipc::kEmptyKernelsRecorded].second += 25;
+  for (const char* op : {uipc::kFloorOpQkProjection, uipc::kFloorOpOutProjection, uipc::kFloorOpNormRope,
+                         uipc::kFloorOpAttention, uipc::kFloorOpConversion, uipc::kFloorOpCopy, uipc::kFloorOpMemop,
+                         uipc::kFloorOpNcclOneRank})
+    gpu[uipc::kFloorOpPrefix + std::string(op)] = {u(rng), u(rng)};
+  auto bench = [&](const std::string& name, const std::set<std::string>& leave_out) {
+    BenchFileRows b;
+    auto row = [&](const std::string& w, double r) {
+      b.section.push_back("latency");
+      b.what.push_back(w);
+      b.shape.push_back("20 in a row");
+      b.unit.push_back("us");
+      b.rate.push_back(r);
+    };
+    for (const auto& [what, t] : gpu) {
+      if (leave_out.count(what)) continue;
+      row(std::string(uipc::kStreamRows) + ": " + what, t.first);
+      row(std::string(uipc::kGraphRows) + ": " + what, t.second);
+      row(std::string(uipc::kHostRows) + ": " + what, 999);  // the host's: not the GPU's
+    }
+    return write_bench_file(dir.file(name), b, "abc1234");
+  };
+  auto at = [&](const char* op) { return gpu.at(uipc::kFloorOpPrefix + std::string(op)); };
+  auto expect = [](const uipc::model::IssueCost& c, double streams, double graph, const char* what) {
+    EXPECT_DOUBLE_EQ(c.op_by_op, streams) << what;
+    EXPECT_DOUBLE_EQ(c.graph, graph) << what;
+  };
+  const uipc::model::DeviceCosts d = uipc::read_device_costs(bench("gpu.h5", {}));
+  const auto empty = gpu.at(uipc::kEmptyKernels), recorded = gpu.at(uipc::kEmptyKernelsRecorded);
+  expect(d.empty_kernel, empty.first, empty.second, "empty kernel");
+  expect(d.record_after_work, recorded.first - empty.first, recorded.second - empty.second, "record");
+  const auto qk = at(uipc::kFloorOpQkProjection), out = at(uipc::kFloorOpOutProjection);
+  expect(d.gemm, std::min(qk.first, out.first), std::min(qk.second, out.second), "gemm");
+  expect(d.norm_rope, at(uipc::kFloorOpNormRope).first, at(uipc::kFloorOpNormRope).second, "norm_rope");
+  expect(d.attention, at(uipc::kFloorOpAttention).first, at(uipc::kFloorOpAttention).second, "attention");
+  expect(d.convert, at(uipc::kFloorOpConversion).first, at(uipc::kFloorOpConversion).second, "convert");
+  expect(d.copy, at(uipc::kFloorOpCopy).first, at(uipc::kFloorOpCopy).second, "copy");
+  expect(d.memop, at(uipc::kFloorOpMemop).first / 2, at(uipc::kFloorOpMemop).second / 2, "memop");
+  expect(d.nccl_one_rank, at(uipc::kFloorOpNcclOneRank).first, at(uipc::kFloorOpNcclOneRank).second, "nccl");
+  EXPECT_DOUBLE_EQ(d.nccl_one_rank_bytes, 786432.0);
+  EXPECT_NE(d.source.find("abc1234"), std::string::npos) << d.source;
+  // Code before the scatter's rows: those stay 0 (the machine's own), the rest is read.
+  const uipc::model::DeviceCosts old = uipc::read_device_costs(
+      bench("old.h5", {uipc::kFloorOpPrefix + std::string(uipc::kFloorOpMemop),
+                       uipc::kFloorOpPrefix + std::string(uipc::kFloorOpNcclOneRank)}));
+  expect(old.memop, 0, 0, "no memory-op row");
+  expect(old.nccl_one_rank, 0, 0, "no NCCL row");
+  expect(old.norm_rope, d.norm_rope.op_by_op, d.norm_rope.graph, "norm_rope of the older file");
+  auto error_of = [](const std::string& path) {
+    try {
+      uipc::read_device_costs(path);
+    } catch (const uipc::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string missing = error_of(bench("no-empty.h5", {uipc::kEmptyKernels}));
+  EXPECT_NE(missing.find("no row 'streams: empty kernels'"), std::string::npos) << missing;
+  gpu[uipc::kFloorOpPrefix + std::string(uipc::kFloorOpAttention)].second = 5e3;
+  const std::string absurd = error_of(bench("absurd.h5", {}));
+  EXPECT_NE(absurd.find("'graph: floor op: attention' gives 5000"), std::string::npos) << absurd;
 }
 
 // The GEMM profile is read from bench_kernels' GEMM-by-shape rows only (not the projection's

@@ -497,6 +497,67 @@ Op gemm_op(int64_t mm, int64_t n, int64_t k) {
   return o;
 }
 
+// A GPU's own measured costs (Machine::device, from a bench run beside a report) stand for the
+// machine's fitted device costs, as the layer was issued: an empty kernel's time as a kernel's
+// fixed cost, a kind's floor-op row as the least it takes in all (its work counted in it), half
+// the write-and-wait row a stream-memory op, and the one-rank all-to-all's row (less its copy)
+// NCCL's fixed cost at one rank only. Kinds the bench did not measure keep the empty kernel's.
+TEST(Simulator, AGpusOwnCostsStandForTheMachinesKindByKindAsTheLayerWasIssued) {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> u(0.5, 1.5);  // a random scale on every measured figure
+  const double f = u(rng);
+  Machine m = simple_machine();
+  m.params.at("kernel_latency_us").value = 50;
+  m.params.at("memop_latency_us").value = 30;
+  m.params.at("nccl_latency_us").value = 40;
+  auto b = ranks(1, 1);
+  b[0].t.groups.push_back({0});
+  const int small = b[0].kernel_norm(0, 1e5);  // 0.1 us of work
+  const int big = b[0].kernel_norm(0, 1e9);    // 1 ms of work
+  Op g = gemm_op(64, 64, 64);                  // ~0 work; the bench gave no GEMM floor here
+  g.stream = 0;
+  const int gemm = b[0].add(g);
+  const int w = b[0].write(0, 0, 0, 1);
+  const int wt = b[0].wait(0, 0, 0, 1);
+  const int a2a = b[0].all_to_all(0, 0, 0, 3e5);  // 2 x 3e5 B at 1e9 B/ms: 0.6 us of copy
+  auto ends = [&](const Machine& mc, Issue issue) {
+    const Timeline tl = simulate(traces(b), mc, issue);
+    std::map<int, double> e;
+    for (int i : {small, big, gemm, w, wt, a2a}) e[i] = tl.ranks[0][static_cast<size_t>(i)].end_ms;
+    return e;
+  };
+  // The machine's own: 50 us a kernel, 30 an end of the handshake, 40 NCCL.
+  const auto fitted = ends(m, Issue::kOpByOp);
+  EXPECT_NEAR(fitted.at(small), 0.0501, 1e-9);
+  EXPECT_NEAR(fitted.at(big), 0.0501 + 1.05, 1e-9);
+  EXPECT_NEAR(fitted.at(a2a) - fitted.at(gemm), 0.030 + 0.030 + 0.040 + 0.0006, 1e-9);
+  DeviceCosts d;
+  d.empty_kernel = {10 * f, 5 * f};
+  d.norm_rope = {300 * f, 200 * f};
+  d.memop = {7 * f, 3 * f};
+  d.nccl_one_rank = {100 * f, 60 * f};
+  d.nccl_one_rank_bytes = 3e5;
+  d.source = "test";
+  m.device = d;
+  for (Issue issue : {Issue::kOpByOp, Issue::kGraphReplay}) {
+    const bool graph = issue == Issue::kGraphReplay;
+    SCOPED_TRACE(graph ? "graph" : "op by op");
+    const double empty = d.empty_kernel.at(graph) * 1e-3, least = d.norm_rope.at(graph) * 1e-3;
+    const auto e = ends(m, issue);
+    EXPECT_NEAR(e.at(small), least, 1e-9);                            // its floor-op row in all
+    EXPECT_NEAR(e.at(big) - e.at(small), empty + 1.0, 1e-9);         // long enough: work + empty kernel
+    EXPECT_NEAR(e.at(gemm) - e.at(big), empty + standalone_work_ms(g, m, false), 1e-9);  // no GEMM row
+    EXPECT_NEAR(e.at(wt) - e.at(gemm), 2 * d.memop.at(graph) * 1e-3, 1e-9);
+    EXPECT_NEAR(e.at(a2a) - e.at(wt), d.nccl_one_rank.at(graph) * 1e-3, 1e-9);  // the row, copy included
+  }
+  // Between two GPUs NCCL keeps the machine's fixed cost.
+  auto p = ranks(2, 1);
+  for (auto& x : p) x.t.groups.push_back({0, 1});
+  const int a0 = p[0].all_to_all(0, 0, 0, 1e5);
+  p[1].all_to_all(0, 0, 0, 1e5);
+  EXPECT_NEAR(simulate(traces(p), m).ranks[0][a0].end_ms, 0.040 + 1e5 / 1e8, 1e-9);
+}
+
 TEST(Simulator, AGemmTooSmallForOneWaveOfBigTilesIsTiledFiner) {
   // 100 SMs at 1e12 flops per ms. A 256 x 512 (x 512) GEMM has 4 tiles of 128x256: on
   // 4 SMs of 100 it would take 25x its full-rate time. It is tiled 64x64 (32 tiles, one

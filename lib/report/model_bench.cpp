@@ -197,6 +197,46 @@ std::map<std::string, double> read_host_costs(const std::string& path) {
   return c;
 }
 
+model::DeviceCosts read_device_costs(const std::string& path) {
+  const BenchRows b = read_bench_rows(path);
+  // The row `way: what` in us; 0 for an optional one the file does not hold.
+  auto row_us = [&](const char* way, const std::string& what, bool required) {
+    const std::string full = std::string(way) + ": " + what;
+    for (size_t i = 0; i < b.what.size(); ++i) {
+      if (b.section[i] != "latency" || b.what[i] != full || b.unit[i] != "us") continue;
+      if (!(b.rate[i] >= 0.01 && b.rate[i] <= 1000))
+        throw InputError(path + ": the row '" + full + "' gives " + std::to_string(b.rate[i]) +
+                         " us, outside [0.01, 1000] us");
+      return b.rate[i];
+    }
+    if (required)
+      throw InputError(path + ": bench_kernels holds no row '" + full +
+                       "' (the graph-node and floor-op rows of bench_kernels --sections latency, code f5ae572 on)");
+    return 0.0;
+  };
+  auto both = [&](const std::string& what, bool required = true) {
+    return model::IssueCost{row_us(kStreamRows, what, required), row_us(kGraphRows, what, required)};
+  };
+  auto op = [&](const char* name, bool required = true) { return both(kFloorOpPrefix + std::string(name), required); };
+  model::DeviceCosts d;
+  d.empty_kernel = both(kEmptyKernels);
+  const model::IssueCost recorded = both(kEmptyKernelsRecorded);
+  d.record_after_work = {std::max(0.0, recorded.op_by_op - d.empty_kernel.op_by_op),
+                         std::max(0.0, recorded.graph - d.empty_kernel.graph)};
+  const model::IssueCost qk = op(kFloorOpQkProjection), out = op(kFloorOpOutProjection);
+  d.gemm = {std::min(qk.op_by_op, out.op_by_op), std::min(qk.graph, out.graph)};
+  d.norm_rope = op(kFloorOpNormRope);
+  d.attention = op(kFloorOpAttention);
+  d.convert = op(kFloorOpConversion);
+  d.copy = op(kFloorOpCopy);
+  const model::IssueCost pair = op(kFloorOpMemop, false);  // a write and a wait: each end half
+  d.memop = {pair.op_by_op / 2, pair.graph / 2};
+  d.nccl_one_rank = op(kFloorOpNcclOneRank, false);
+  d.nccl_one_rank_bytes = static_cast<double>(kFloorOpNcclOneRankBytes);
+  d.source = "bench_kernels' graph-node and floor-op rows (" + path + ", code " + b.revision + ")";
+  return d;
+}
+
 std::vector<model::NormRopePoint> read_norm_rope_profile(const std::string& path) {
   std::vector<model::NormRopePoint> out = norm_rope_points(read_bench_rows(path), path);
   if (out.empty()) throw InputError(path + ": bench_kernels holds no norm+RoPE row of the fused view");

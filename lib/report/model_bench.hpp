@@ -45,7 +45,12 @@ inline constexpr const char* kFloorOpCopy = "V's 2-D copy out of the QKV rows";
 // The scatter's own fixed costs at one rank: the nccl transport's all-to-all (a copy to the
 // rank itself) and one end of the IPC handshake (a write of a 64-bit word, a wait on it).
 inline constexpr const char* kFloorOpNcclOneRank = "NCCL all-to-all at one rank";
+inline constexpr long long kFloorOpNcclOneRankBytes = 256LL * 3 * 512 * 2;  // the floor's Q, K and V, bf16
 inline constexpr const char* kFloorOpMemop = "a stream write and wait of a 64-bit word";
+// The graph-node rows' variants (each "<way>: <variant>") that a GPU's own costs read: empty
+// kernels alone, and each with a timed event recorded after it.
+inline constexpr const char* kEmptyKernels = "empty kernels";
+inline constexpr const char* kEmptyKernelsRecorded = "empty kernels, an event recorded after each";
 // The `what` of the floor-op row of `op` timed `way` (kGraphRows, kStreamRows or kHostRows).
 inline std::string floor_op_what(const char* way, const char* op) {
   return std::string(way) + ": " + kFloorOpPrefix + op;
@@ -60,6 +65,12 @@ inline constexpr const char* kEventHopRowWhat = "event hop between two streams (
 // conversion's launches), host_copy_us and, where the event-hop row's note gives it,
 // host_api_us (half a record + wait). Throws InputError for a file without those rows.
 std::map<std::string, double> read_host_costs(const std::string& path);
+
+// The GPU's own device costs that `path` (a bench_kernels -o file with the empty-kernel and
+// floor-op rows, code f5ae572 on) measured, op by op and as graph nodes (model/machine.hpp,
+// DeviceCosts); the NCCL and memory-op rows where it has them (code db07774 on). Throws
+// InputError for a file without the others, or with a figure outside [0.01, 1000] us.
+model::DeviceCosts read_device_costs(const std::string& path);
 
 // The dispatched norm+RoPE kernel's rate of every norm kind, dtype and head_dim that
 // `path` (a bench_kernels -o file) measured in the fused QKV view, each point's source

@@ -389,6 +389,46 @@ def test_a_slow_hosts_own_costs_bring_its_op_by_op_floor_twice_as_near(app, run,
     assert all(abs(own[k]) <= 10 for k in own if k.startswith("nccl.")), own
 
 
+def test_a_reports_own_gpu_costs_bring_its_graph_floor_within_ten_percent(app, run, tmp_path):
+    """validate --gpu MEASURED=BENCH.h5 replays a report with the device costs bench_kernels
+    measured on its GPU beside it (the graph-node and floor-op rows: an empty kernel, each kind's
+    floor op, a record after work, op by op and as graph nodes). The floor with every stage timed,
+    replayed as graphs on two H100 hosts (1687652, 214dd42), is 12-16% long on h100-sxm's fitted
+    device costs (one kernel latency for every kind, as a node and op by op alike) and comes within
+    10% on its GPU's own, every run nearer; the GPU's costs of a bench without those rows are
+    refused."""
+    for folder, rev in (("2026-12-06-h100-1687652", "1687652"), ("2026-12-06-h100-214dd42", "214dd42")):
+        stored = REPO / "docs" / "measured" / folder
+        measured = stored / f"graphs-floor-u1-{rev}.h5"
+        bench = stored / f"host-speed-graphs-floor-u1-{rev}.h5"
+        deck, traces = tmp_path / f"{rev}.deck.h5", tmp_path / f"{rev}-model.h5"
+        made = subprocess.run([app, "deck", "from-report", str(measured), "-o", str(deck)],
+                              capture_output=True, text=True)
+        assert made.returncode == 0, made.stderr
+        p = run(1, str(deck), "--mode", "model", "-o", str(traces), "--quiet")
+        assert p.returncode == 6, p.stderr + p.stdout
+        pair = ["--machine", "h100-sxm", "--pair", f"{measured}={traces}", "--host", f"{measured}={bench}"]
+
+        def layer_errors(*extra):
+            r = subprocess.run([app, "model", "validate", *pair, "--markdown", *extra], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            rows = [c for c in (ln.split("|") for ln in r.stdout.splitlines()) if len(c) > 3 and c[2].strip() == "floor"]
+            return {c[3].strip(): float(c[-2].strip().rstrip("%")) for c in rows}, r.stdout
+
+        fitted, _ = layer_errors()
+        own, out = layer_errors("--gpu", f"{measured}={bench}")
+        assert f"its GPU's device costs from {bench}" in out, out
+        graphs = [k for k in fitted if not k.endswith("+no-graphs")]
+        assert len(graphs) == 6, fitted
+        assert all(e > 10 for k, e in fitted.items() if k in graphs), (rev, fitted)
+        assert all(abs(own[k]) <= 10 for k in graphs), (rev, own)
+        assert all(abs(own[k]) < abs(fitted[k]) for k in graphs), (rev, own, fitted)
+    no_rows = REPO / "docs" / "measured" / "2026-11-29-h200x2" / "bench_kernels.h5"
+    bad = subprocess.run([app, "model", "validate", *pair, "--gpu", f"{measured}={no_rows}"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "graph-node and floor-op rows" in bad.stderr, bad.stderr
+
+
 def gb_busbw(stdout):
     """`model nccl`'s 1-GB rows: ranks -> busbw (GB/s)."""
     rows = (ln.split() for ln in stdout.splitlines() if ln.strip()[:1].isdigit())
