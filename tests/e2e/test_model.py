@@ -311,6 +311,15 @@ def test_each_report_is_replayed_with_its_own_codes_norm_rope_rate(app, run, tmp
     assert bad.returncode == 2 and "bench_kernels" in bad.stderr, bad.stderr
 
 
+def floor_layer_errors(app, pair, *extra):
+    """`model validate` of PAIR and EXTRA as markdown: ({run: its layer error in %} of the case
+    `floor`, the output)."""
+    r = subprocess.run([app, "model", "validate", *pair, "--markdown", *extra], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rows = [c for c in (ln.split("|") for ln in r.stdout.splitlines()) if len(c) > 3 and c[2].strip() == "floor"]
+    return {c[3].strip(): float(c[-2].strip().rstrip("%")) for c in rows}, r.stdout
+
+
 def own_host_layer_errors(app, run, tmp_path, folder, rev):
     """The lean floor stored in docs/measured/FOLDER (its report and the bench run beside it),
     traced at 1 rank and validated on h100-sxm: (the op-by-op runs' layer errors with the fitted
@@ -325,15 +334,8 @@ def own_host_layer_errors(app, run, tmp_path, folder, rev):
     p = run(1, str(deck), "--mode", "model", "-o", str(traces), "--quiet", "--stage-timing", "off")
     assert p.returncode == 6, p.stderr + p.stdout
     pair = ["--machine", "h100-sxm", "--pair", f"{measured}={traces}"]
-
-    def layer_errors(*extra):
-        r = subprocess.run([app, "model", "validate", *pair, "--markdown", *extra], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        rows = [c for c in (ln.split("|") for ln in r.stdout.splitlines()) if len(c) > 3 and c[2].strip() == "floor"]
-        return {c[3].strip(): float(c[-2].strip().rstrip("%")) for c in rows}, r.stdout
-
-    fitted, _ = layer_errors()
-    own, out = layer_errors("--host", f"{measured}={host}")
+    fitted, _ = floor_layer_errors(app, pair)
+    own, out = floor_layer_errors(app, pair, "--host", f"{measured}={host}")
     # The costs it used, by name: each a positive figure in us.
     used = next(ln for ln in out.splitlines() if f"its host's call costs from {host}:" in ln).split(f"{host}:")[1].split()
     costs = dict(zip(used[::2], map(float, used[1::2])))
@@ -408,15 +410,8 @@ def test_a_reports_own_gpu_costs_bring_its_graph_floor_within_ten_percent(app, r
         p = run(1, str(deck), "--mode", "model", "-o", str(traces), "--quiet")
         assert p.returncode == 6, p.stderr + p.stdout
         pair = ["--machine", "h100-sxm", "--pair", f"{measured}={traces}", "--host", f"{measured}={bench}"]
-
-        def layer_errors(*extra):
-            r = subprocess.run([app, "model", "validate", *pair, "--markdown", *extra], capture_output=True, text=True)
-            assert r.returncode == 0, r.stderr
-            rows = [c for c in (ln.split("|") for ln in r.stdout.splitlines()) if len(c) > 3 and c[2].strip() == "floor"]
-            return {c[3].strip(): float(c[-2].strip().rstrip("%")) for c in rows}, r.stdout
-
-        fitted, _ = layer_errors()
-        own, out = layer_errors("--gpu", f"{measured}={bench}")
+        fitted, _ = floor_layer_errors(app, pair)
+        own, out = floor_layer_errors(app, pair, "--gpu", f"{measured}={bench}")
         assert f"its GPU's device costs from {bench}" in out, out
         graphs = [k for k in fitted if not k.endswith("+no-graphs")]
         assert len(graphs) == 6, fitted
