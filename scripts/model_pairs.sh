@@ -158,3 +158,6 @@ add_host_floor docs/measured/2026-12-06-h100-f4dd6c5 f4dd6c5
 add_host_floor docs/measured/2026-12-06-h100-214dd42 214dd42
 # And a sixth at 847e34c (twelfth session; the layer's code as at 214dd42).
 add_host_floor docs/measured/2026-12-06-h100-847e34c 847e34c
+# And a seventh at 2f6777f (thirteenth session), the first whose benches time NCCL at one rank
+# and a stream write and wait (db07774): under GPUS_H100 both replace the machine's.
+add_host_floor docs/measured/2026-12-06-h100-2f6777f 2f6777f
