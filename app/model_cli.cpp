@@ -58,6 +58,7 @@ struct Options {
   std::string host_bench;                                     // predict --host BENCH.h5
   std::vector<std::string> gpu_args;                          // validate --gpu MEASURED=BENCH.h5
   std::map<std::string, std::string> gpu;                     // measured report -> the bench of its GPU
+  std::string gpu_bench;                                      // predict, ops --gpu BENCH.h5
   std::vector<std::string> timed_events;  // measured reports whose code recorded every event timed
   int jobs = 0;  // calibrate, loo: threads replaying the cases (0: one per hardware thread)
 };
@@ -65,6 +66,11 @@ struct Options {
 // --rates of predict and ops (calibrate, validate and loo say more: the fitted file keeps them).
 constexpr const char* kRatesHelp =
     "a bench_kernels -o file: its profiles (norm+RoPE, GEMM and attention by shape) become the machine's; repeatable";
+
+// --gpu of predict and ops (validate's takes it per report).
+constexpr const char* kGpuHelp =
+    "a bench_kernels -o file of the GPU to predict (its latency section's graph-node and floor-op rows): its "
+    "device costs replace the machine's";
 
 // The three subcommands share their options: each declared once here.
 void declare(CLI::App& app, Options& o) {
@@ -154,6 +160,7 @@ void declare(CLI::App& app, Options& o) {
                  "a bench_kernels -o file of the host to predict (its latency section's floor-op rows): its call "
                  "costs replace the machine's")
       ->type_name("BENCH.h5");
+  pr->add_option("--gpu", o.gpu_bench, kGpuHelp)->type_name("BENCH.h5");
   pr->add_option("--rates", o.rates, kRatesHelp)
       ->type_name("BENCH.h5");
   pr->add_option("reports", o.predict_reports, "--mode model reports")->required()->type_name("REPORT.h5");
@@ -161,6 +168,7 @@ void declare(CLI::App& app, Options& o) {
   CLI::App* op = app.add_subcommand(
       "ops", "Op by op: a GPU report's traced layers, measured (events around each op) against their replay (MODELLED).");
   op->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
+  op->add_option("--gpu", o.gpu_bench, kGpuHelp)->type_name("BENCH.h5");
   op->add_option("--rates", o.rates, kRatesHelp)
       ->type_name("BENCH.h5");
   op->add_option("--run", o.op_runs, "only this run (CASE/RUN; repeatable)")->type_name("CASE/RUN");
@@ -612,6 +620,7 @@ int model_command(int argc, char** argv) {
       p.value = us;
       p.source = "measured on the host to predict: bench_kernels' floor-op rows (" + o.host_bench + ")";
     }
+  if (!o.gpu_bench.empty()) base.device = read_device_costs(o.gpu_bench);  // predict on the GPU it measured
   if (o.command == "nccl") return print_modeled_alltoall(base, o.nccl_ranks, o.markdown);
   if (o.command == "kernel") return print_modeled_kernels(base, o.gemms, o.attentions);
   if (o.command == "predict") return model_predict(o.predict_reports, base, o.output);

@@ -450,6 +450,25 @@ def test_nccls_own_cost_at_one_rank_brings_the_lean_nccl_graph_floor_within_ten_
     assert all(fitted[k] > 25 for k in graphs), fitted
     assert all(abs(own[k]) <= 10 for k in graphs), own
 
+    # predict --gpu BENCH.h5: the same GPU's costs for layers one has not run on it; its
+    # modelled nccl layers as graphs end as much earlier as validate's (one replay, one rule).
+    def predicted(*extra):
+        out = tmp_path / "p.json"
+        r = subprocess.run([app, "model", "predict", str(traces), "--machine", "h100-sxm", "-o", str(out), *extra],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return {k: v["skew_median_ms"][0] for k, v in json.loads(out.read_text())[str(traces)].items()}
+    before, after = predicted(), predicted("--gpu", str(bench))
+    for k in graphs:
+        run_key = next(x for x in before if x.endswith(k))
+        assert after[run_key] < before[run_key], (k, before, after)
+        ratio = (1 + own[k] / 100) / (1 + fitted[k] / 100)
+        assert abs(after[run_key] / before[run_key] - ratio) < 0.02, (k, after[run_key] / before[run_key], ratio)
+    bad = subprocess.run([app, "model", "predict", str(traces), "--machine", "h100-sxm", "-o", str(tmp_path / "b.json"),
+                          "--gpu", str(REPO / "docs" / "measured" / "2026-11-29-h200x2" / "bench_kernels.h5")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "graph-node and floor-op rows" in bad.stderr, bad.stderr
+
 
 def gb_busbw(stdout):
     """`model nccl`'s 1-GB rows: ranks -> busbw (GB/s)."""
