@@ -320,6 +320,26 @@ def floor_layer_errors(app, pair, *extra):
     return {c[3].strip(): float(c[-2].strip().rstrip("%")) for c in rows}, r.stdout
 
 
+def traced_floor(app, run, tmp_path, measured, lean):
+    """The --mode model traces of a stored floor report's own cases at 1 rank (timed as a whole
+    when `lean`, as the report was), for `--pair MEASURED=TRACES`."""
+    deck, traces = tmp_path / f"{measured.stem}.deck.h5", tmp_path / f"{measured.stem}-model.h5"
+    made = subprocess.run([app, "deck", "from-report", str(measured), "-o", str(deck)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    p = run(1, str(deck), "--mode", "model", "-o", str(traces), "--quiet", *(["--stage-timing", "off"] if lean else []))
+    assert p.returncode == 6, p.stderr + p.stdout
+    return traces
+
+
+def predicted_layers(app, traces, tmp_path, *extra):
+    """`model predict TRACES --machine h100-sxm EXTRA`: {run: its modelled layer at the machine's skew}."""
+    out = tmp_path / "p.json"
+    r = subprocess.run([app, "model", "predict", str(traces), "--machine", "h100-sxm", "-o", str(out), *extra],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return {k: v["skew_median_ms"][0] for k, v in json.loads(out.read_text())[str(traces)].items()}
+
+
 def own_host_layer_errors(app, run, tmp_path, folder, rev):
     """The lean floor stored in docs/measured/FOLDER (its report and the bench run beside it),
     traced at 1 rank and validated on h100-sxm: (the op-by-op runs' layer errors with the fitted
@@ -328,11 +348,7 @@ def own_host_layer_errors(app, run, tmp_path, folder, rev):
     stored = REPO / "docs" / "measured" / folder
     measured = stored / f"graphs-floor-u1-lean-{rev}.h5"
     host = stored / f"host-speed-graphs-floor-u1-{rev}.h5"
-    deck, traces = tmp_path / "lean.deck.h5", tmp_path / "lean-model.h5"
-    made = subprocess.run([app, "deck", "from-report", str(measured), "-o", str(deck)], capture_output=True, text=True)
-    assert made.returncode == 0, made.stderr
-    p = run(1, str(deck), "--mode", "model", "-o", str(traces), "--quiet", "--stage-timing", "off")
-    assert p.returncode == 6, p.stderr + p.stdout
+    traces = traced_floor(app, run, tmp_path, measured, lean=True)
     pair = ["--machine", "h100-sxm", "--pair", f"{measured}={traces}"]
     fitted, _ = floor_layer_errors(app, pair)
     own, out = floor_layer_errors(app, pair, "--host", f"{measured}={host}")
@@ -368,13 +384,8 @@ def test_a_reports_own_host_costs_bring_its_op_by_op_floor_within_ten_percent(ap
     assert stray.returncode == 2 and "not a measured report of any --pair" in stray.stderr, stray.stderr
 
     # predict --host BENCH.h5: the same host's costs for a machine one does not have.
-    def predicted(*extra):
-        out = tmp_path / "p.json"
-        r = subprocess.run([app, "model", "predict", str(traces), "--machine", "h100-sxm", "-o", str(out), *extra],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        return {k: v["skew_median_ms"][0] for k, v in json.loads(out.read_text())[str(traces)].items()}
-    before, after = predicted(), predicted("--host", str(host))
+    before = predicted_layers(app, traces, tmp_path)
+    after = predicted_layers(app, traces, tmp_path, "--host", str(host))
     assert all(after[k] == before[k] for k in before if not k.endswith("+no-graphs"))
     assert all(after[k] < before[k] for k in before if k.endswith("+no-graphs"))
 
@@ -403,12 +414,7 @@ def test_a_reports_own_gpu_costs_bring_its_graph_floor_within_ten_percent(app, r
         stored = REPO / "docs" / "measured" / folder
         measured = stored / f"graphs-floor-u1-{rev}.h5"
         bench = stored / f"host-speed-graphs-floor-u1-{rev}.h5"
-        deck, traces = tmp_path / f"{rev}.deck.h5", tmp_path / f"{rev}-model.h5"
-        made = subprocess.run([app, "deck", "from-report", str(measured), "-o", str(deck)],
-                              capture_output=True, text=True)
-        assert made.returncode == 0, made.stderr
-        p = run(1, str(deck), "--mode", "model", "-o", str(traces), "--quiet")
-        assert p.returncode == 6, p.stderr + p.stdout
+        traces = traced_floor(app, run, tmp_path, measured, lean=False)
         pair = ["--machine", "h100-sxm", "--pair", f"{measured}={traces}", "--host", f"{measured}={bench}"]
         fitted, _ = floor_layer_errors(app, pair)
         own, out = floor_layer_errors(app, pair, "--gpu", f"{measured}={bench}")
@@ -433,11 +439,7 @@ def test_nccls_own_cost_at_one_rank_brings_the_lean_nccl_graph_floor_within_ten_
     stored = REPO / "docs" / "measured" / "2026-12-06-h100-2f6777f"
     measured = stored / "graphs-floor-u1-lean-2f6777f.h5"
     bench = stored / "host-speed-graphs-floor-u1-lean-2f6777f.h5"
-    deck, traces = tmp_path / "lean.deck.h5", tmp_path / "lean-model.h5"
-    made = subprocess.run([app, "deck", "from-report", str(measured), "-o", str(deck)], capture_output=True, text=True)
-    assert made.returncode == 0, made.stderr
-    p = run(1, str(deck), "--mode", "model", "-o", str(traces), "--quiet", "--stage-timing", "off")
-    assert p.returncode == 6, p.stderr + p.stdout
+    traces = traced_floor(app, run, tmp_path, measured, lean=True)
     pair = ["--machine", "h100-sxm", "--pair", f"{measured}={traces}"]
     fitted, _ = floor_layer_errors(app, pair)
     own, out = floor_layer_errors(app, pair, "--gpu", f"{measured}={bench}")
@@ -452,13 +454,8 @@ def test_nccls_own_cost_at_one_rank_brings_the_lean_nccl_graph_floor_within_ten_
 
     # predict --gpu BENCH.h5: the same GPU's costs for layers one has not run on it; its
     # modelled nccl layers as graphs end as much earlier as validate's (one replay, one rule).
-    def predicted(*extra):
-        out = tmp_path / "p.json"
-        r = subprocess.run([app, "model", "predict", str(traces), "--machine", "h100-sxm", "-o", str(out), *extra],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        return {k: v["skew_median_ms"][0] for k, v in json.loads(out.read_text())[str(traces)].items()}
-    before, after = predicted(), predicted("--gpu", str(bench))
+    before = predicted_layers(app, traces, tmp_path)
+    after = predicted_layers(app, traces, tmp_path, "--gpu", str(bench))
     for k in graphs:
         run_key = next(x for x in before if x.endswith(k))
         assert after[run_key] < before[run_key], (k, before, after)
