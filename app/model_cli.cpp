@@ -618,7 +618,7 @@ int model_command(int argc, char** argv) {
     for (const auto& [name, us] : read_host_costs(o.host_bench)) {
       model::Param& p = base.params.at(name);
       p.value = us;
-      p.source = "measured on the host to predict: bench_kernels' floor-op rows (" + o.host_bench + ")";
+      p.source = std::string(kHostCostsSource) + "bench_kernels' floor-op rows (" + o.host_bench + ")";
     }
   if (!o.gpu_bench.empty()) base.device = read_device_costs(o.gpu_bench);  // predict on the GPU it measured
   if (o.command == "nccl") return print_modeled_alltoall(base, o.nccl_ranks, o.markdown);

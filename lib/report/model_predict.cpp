@@ -147,6 +147,13 @@ int model_predict(const std::vector<std::string>& reports, const model::Machine&
     }
     j << "}";
   }
+  // What the figures were modelled on: the machine, and where a GPU's or a host's own measured
+  // costs stood for its fitted ones, the bench they came from (model predict --gpu, --host).
+  std::string host_costs;
+  for (const auto& [name, p] : m.params)
+    if (p.source.rfind(kHostCostsSource, 0) == 0) host_costs = p.source;
+  j << (reports.empty() ? "\n " : ",\n ") << quoted("_modelled_on") << ": {\"machine\": " << quoted(m.name)
+    << ", \"gpu_costs\": " << quoted(m.device.source) << ", \"host_costs\": " << quoted(host_costs) << "}";
   j << "\n}\n";
   std::ofstream o(out);
   o << j.str();

@@ -16,7 +16,10 @@ namespace uipc {
 // and the same for the scatter ("scatter_sensitive", "scatter_elasticity"); the median layer
 // and scatter over five start skews, 0.8-1.2 times the machine's ("skew_median_ms"), and
 // the smallest and largest over ten ("skew_layer_ms", "skew_scatter_ms"). Returns the exit
-// code.
+// code. And "_modelled_on": the machine's name, and the sources of a GPU's own costs
+// ("gpu_costs", Machine::device) and of a host's ("host_costs": a parameter whose source
+// starts with kHostCostsSource), each "" where the machine's own stood.
+inline constexpr const char* kHostCostsSource = "measured on the host to predict: ";
 int model_predict(const std::vector<std::string>& reports, const model::Machine& m, const std::string& out);
 
 }  // namespace uipc

@@ -337,7 +337,14 @@ def predicted_layers(app, traces, tmp_path, *extra):
     r = subprocess.run([app, "model", "predict", str(traces), "--machine", "h100-sxm", "-o", str(out), *extra],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    return {k: v["skew_median_ms"][0] for k, v in json.loads(out.read_text())[str(traces)].items()}
+    got = json.loads(out.read_text())
+    # It names what it modelled on: the machine, and the bench whose costs stood for its own.
+    on = got["_modelled_on"]
+    assert on["machine"] == "h100-sxm", on
+    for flag, key in (("--gpu", "gpu_costs"), ("--host", "host_costs")):
+        bench = extra[extra.index(flag) + 1] if flag in extra else None
+        assert (bench in on[key]) if bench else on[key] == "", (flag, on)
+    return {k: v["skew_median_ms"][0] for k, v in got[str(traces)].items()}
 
 
 def own_host_layer_errors(app, run, tmp_path, folder, rev):
