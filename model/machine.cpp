@@ -194,87 +194,83 @@ void parse_parameters(const json& j, const std::string& where, Machine& m) {
   for (const ParamSpec& s : parameter_specs()) m.params[s.name] = parse_parameter(ps, s, where);
 }
 
-// The measured attention rates the model interpolates between.
-void parse_attention_profile(const json& j, const std::string& where, Machine& m) {
-  const json& att = j["attention_profile"];
-  if (!att.is_array() || att.empty()) bad(where, "attention_profile: must be a non-empty array of measured points");
-  for (size_t i = 0; i < att.size(); ++i) {
-    const std::string f = "attention_profile[" + std::to_string(i) + "]";
-    const json& a = att[i];
+// Each point of the profile `key`: an array of objects, each with exactly `keys` ("source" among
+// them, which must say where the point comes from); `point(a, f)` reads the rest (f: its name in
+// messages) and returns it with its source still to set. `required`: the array must be there
+// and hold a point.
+template <class Point, class ReadPoint>
+void each_point(const json& j, const char* key, const std::string& where, const std::set<std::string>& keys,
+                bool required, std::vector<Point>& into, ReadPoint point) {
+  if (!required && !j.contains(key)) return;
+  const json& arr = j[key];
+  if (!arr.is_array() || (required && arr.empty()))
+    bad(where, std::string(key) + (required ? ": must be a non-empty array of measured points"
+                                            : ": must be an array of measured points"));
+  for (size_t i = 0; i < arr.size(); ++i) {
+    const std::string f = std::string(key) + "[" + std::to_string(i) + "]";
+    const json& a = arr[i];
     if (!a.is_object()) bad(where, f + ": must be an object");
-    only_keys(a, where + ": " + f, {"head_dim", "batch", "heads", "seq", "tflops", "source"});
-    for (const char* k : {"head_dim", "batch", "heads", "seq", "tflops", "source"})
+    only_keys(a, where + ": " + f, keys);
+    for (const std::string& k : keys)
       if (!a.contains(k)) bad(where, f + ": missing '" + k + "'");
-    AttentionPoint pt;
-    pt.head_dim = static_cast<int>(whole(a["head_dim"], where, f + ".head_dim", 1, 1024));
-    pt.batch = whole(a["batch"], where, f + ".batch", 1, 1 << 20);
-    pt.heads = whole(a["heads"], where, f + ".heads", 1, 1 << 20);
-    pt.seq = whole(a["seq"], where, f + ".seq", 1, int64_t{1} << 40);
-    pt.tflops = number(a["tflops"], where, f + ".tflops");
-    if (!(pt.tflops > 0)) bad(where, f + ".tflops: must be positive");
+    Point pt = point(a, f);
     pt.source = text(a["source"], where, f + ".source");
     if (pt.source.empty()) bad(where, f + ".source: say where the rate comes from");
-    m.attention.push_back(pt);
+    into.push_back(pt);
   }
+}
 
+// The measured attention rates the model interpolates between.
+void parse_attention_profile(const json& j, const std::string& where, Machine& m) {
+  each_point(j, "attention_profile", where, {"head_dim", "batch", "heads", "seq", "tflops", "source"}, true,
+             m.attention, [&](const json& a, const std::string& f) {
+               AttentionPoint pt;
+               pt.head_dim = static_cast<int>(whole(a["head_dim"], where, f + ".head_dim", 1, 1024));
+               pt.batch = whole(a["batch"], where, f + ".batch", 1, 1 << 20);
+               pt.heads = whole(a["heads"], where, f + ".heads", 1, 1 << 20);
+               pt.seq = whole(a["seq"], where, f + ".seq", 1, int64_t{1} << 40);
+               pt.tflops = number(a["tflops"], where, f + ".tflops");
+               if (!(pt.tflops > 0)) bad(where, f + ".tflops: must be positive");
+               return pt;
+             });
 }
 
 // The measured norm+RoPE rates by kind, dtype and head_dim (optional), each bounded by HBM.
 void parse_norm_rope_profile(const json& j, const std::string& where, Machine& m) {
-  if (!j.contains("norm_rope_profile")) return;
-  const json& nr = j["norm_rope_profile"];
-  if (!nr.is_array()) bad(where, "norm_rope_profile: must be an array of measured points");
-  for (size_t i = 0; i < nr.size(); ++i) {
-    const std::string f = "norm_rope_profile[" + std::to_string(i) + "]";
-    const json& a = nr[i];
-    if (!a.is_object()) bad(where, f + ": must be an object");
-    only_keys(a, where + ": " + f, {"norm", "dtype", "head_dim", "gbs", "source"});
-    for (const char* k : {"norm", "dtype", "head_dim", "gbs", "source"})
-      if (!a.contains(k)) bad(where, f + ": missing '" + k + "'");
-    NormRopePoint pt;
-    pt.norm = text(a["norm"], where, f + ".norm");
-    pt.dtype = text(a["dtype"], where, f + ".dtype");
-    if (std::find(std::begin(kNormKindNames), std::end(kNormKindNames), pt.norm) == std::end(kNormKindNames))
-      bad(where, f + ".norm: '" + pt.norm + "' is not none, rms, rms_across_heads or layer");
-    if (std::find(std::begin(kDTypeNames), std::end(kDTypeNames), pt.dtype) == std::end(kDTypeNames))
-      bad(where, f + ".dtype: '" + pt.dtype + "' is not bf16, fp16 or fp32");
-    pt.head_dim = static_cast<int>(whole(a["head_dim"], where, f + ".head_dim", 1, 1024));
-    pt.gbs = number(a["gbs"], where, f + ".gbs");
-    const Param& hbm = m.params.at("hbm_gbs");
-    if (!(pt.gbs > 0) || pt.gbs > hbm.range_hi)
-      bad(where, f + ".gbs: " + fmt(pt.gbs) + " GB/s is outside its physical range (0, " + fmt(hbm.range_hi) +
-                     "] GB/s (hbm_gbs' range: read + write cannot exceed HBM)");
-    pt.source = text(a["source"], where, f + ".source");
-    if (pt.source.empty()) bad(where, f + ".source: say where the rate comes from");
-    m.norm_rope.push_back(pt);
-  }
+  each_point(j, "norm_rope_profile", where, {"norm", "dtype", "head_dim", "gbs", "source"}, false, m.norm_rope,
+             [&](const json& a, const std::string& f) {
+               NormRopePoint pt;
+               pt.norm = text(a["norm"], where, f + ".norm");
+               pt.dtype = text(a["dtype"], where, f + ".dtype");
+               if (std::find(std::begin(kNormKindNames), std::end(kNormKindNames), pt.norm) == std::end(kNormKindNames))
+                 bad(where, f + ".norm: '" + pt.norm + "' is not none, rms, rms_across_heads or layer");
+               if (std::find(std::begin(kDTypeNames), std::end(kDTypeNames), pt.dtype) == std::end(kDTypeNames))
+                 bad(where, f + ".dtype: '" + pt.dtype + "' is not bf16, fp16 or fp32");
+               pt.head_dim = static_cast<int>(whole(a["head_dim"], where, f + ".head_dim", 1, 1024));
+               pt.gbs = number(a["gbs"], where, f + ".gbs");
+               const Param& hbm = m.params.at("hbm_gbs");
+               if (!(pt.gbs > 0) || pt.gbs > hbm.range_hi)
+                 bad(where, f + ".gbs: " + fmt(pt.gbs) + " GB/s is outside its physical range (0, " + fmt(hbm.range_hi) +
+                                "] GB/s (hbm_gbs' range: read + write cannot exceed HBM)");
+               return pt;
+             });
 }
 
 // The measured GEMM rates by shape (optional), each below the dense bf16 peak.
 void parse_gemm_profile(const json& j, const std::string& where, Machine& m) {
-  if (!j.contains("gemm_profile")) return;
-  const json& gp = j["gemm_profile"];
-  if (!gp.is_array()) bad(where, "gemm_profile: must be an array of measured points");
-  for (size_t i = 0; i < gp.size(); ++i) {
-    const std::string f = "gemm_profile[" + std::to_string(i) + "]";
-    const json& a = gp[i];
-    if (!a.is_object()) bad(where, f + ": must be an object");
-    only_keys(a, where + ": " + f, {"m", "n", "k", "tflops", "source"});
-    for (const char* k : {"m", "n", "k", "tflops", "source"})
-      if (!a.contains(k)) bad(where, f + ": missing '" + k + "'");
-    GemmPoint pt;
-    pt.m = whole(a["m"], where, f + ".m", 1, int64_t{1} << 40);
-    pt.n = whole(a["n"], where, f + ".n", 1, int64_t{1} << 40);
-    pt.k = whole(a["k"], where, f + ".k", 1, int64_t{1} << 40);
-    pt.tflops = number(a["tflops"], where, f + ".tflops");
-    const Param& peak = m.params.at("gemm_tflops");
-    if (!(pt.tflops > 0) || pt.tflops > peak.range_hi)
-      bad(where, f + ".tflops: " + fmt(pt.tflops) + " TFLOP/s is outside its physical range (0, " + fmt(peak.range_hi) +
-                     "] TFLOP/s (gemm_tflops' range: " + peak.range_source + ")");
-    pt.source = text(a["source"], where, f + ".source");
-    if (pt.source.empty()) bad(where, f + ".source: say where the rate comes from");
-    m.gemm.push_back(pt);
-  }
+  each_point(j, "gemm_profile", where, {"m", "n", "k", "tflops", "source"}, false, m.gemm,
+             [&](const json& a, const std::string& f) {
+               GemmPoint pt;
+               pt.m = whole(a["m"], where, f + ".m", 1, int64_t{1} << 40);
+               pt.n = whole(a["n"], where, f + ".n", 1, int64_t{1} << 40);
+               pt.k = whole(a["k"], where, f + ".k", 1, int64_t{1} << 40);
+               pt.tflops = number(a["tflops"], where, f + ".tflops");
+               const Param& peak = m.params.at("gemm_tflops");
+               if (!(pt.tflops > 0) || pt.tflops > peak.range_hi)
+                 bad(where, f + ".tflops: " + fmt(pt.tflops) + " TFLOP/s is outside its physical range (0, " +
+                                fmt(peak.range_hi) + "] TFLOP/s (gemm_tflops' range: " + peak.range_source + ")");
+               return pt;
+             });
 }
 
 }  // namespace
