@@ -713,6 +713,7 @@ void latency_rows(Device& dev, std::vector<Row>& rows) {
 // And the same issued op by op on streams. Figures per kernel; a variant less the kernels
 // alone is what its events cost.
 constexpr int kGraphKernels = 20;
+constexpr int kFloorOpTrials = 9;  // runs of a timing whose figure is their median
 constexpr int kGraphLaunches = 20;
 
 // GPU time per op of `issue` (kGraphKernels ops on stream a): issued op by op `chains` times
@@ -767,11 +768,19 @@ NodeTimes median_node_times(Device& dev, Stream& a, const std::function<void()>&
 }
 
 void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) {
+  // What follows each kernel besides events: nothing; a write of a 64-bit word and a wait on it
+  // on stream a; or those on a high-priority stream entered through three ordering records and
+  // left through one (the one-rank IPC handshake: kEmptyKernelsHandshake).
+  enum class Memops { kNone, kSameStream, kHandshake };
   struct Variant {
     const char* what;
     int records;  // events recorded after each kernel, one behind the other
     bool hop;     // a hop to stream b and back after each kernel
     EventUse use;
+    Memops memops = Memops::kNone;
+    // Chains op by op in one gated run, and runs (the median): a kernel with a handshake is ten
+    // calls, whose enqueue must stay inside the gate.
+    int chains = kGraphLaunches, trials = 1;
   };
   // Two timed records back to back: what a record behind a record costs (1.36 us on the
   // H200 at 9d2ed1a, against 2.34 behind a kernel; docs/model.md, "A record behind a record").
@@ -781,7 +790,14 @@ void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) 
       {"empty kernels, two events recorded after each", 2, false, EventUse::kTimed},
       {"empty kernels, an ordering event recorded after each", 1, false, EventUse::kOrdering},
       {"empty kernels, a hop to a second stream and back after each", 0, true, EventUse::kTimed},
-      {"empty kernels, a hop through ordering events after each", 0, true, EventUse::kOrdering}};
+      {"empty kernels, a hop through ordering events after each", 0, true, EventUse::kOrdering},
+      {kEmptyKernelsMemop, 0, false, EventUse::kOrdering, Memops::kSameStream, 4, kFloorOpTrials},
+      {kEmptyKernelsHandshake, 0, false, EventUse::kOrdering, Memops::kHandshake, 2, kFloorOpTrials}};
+  auto hp = dev.create_stream(StreamPriority::kHigh);  // the transports' copy stream
+  auto word = dev.alloc(sizeof(uint64_t));
+  const uint64_t one = 1;  // every wait below is met at once: what is timed is the fixed cost
+  dev.copy_to_device(word.get(), &one, sizeof(one));
+  const WaitLabel label{0, "the benchmark's own word"};
   for (const Variant& v : variants) {
     std::vector<std::unique_ptr<Event>> ea(kGraphKernels), eb(kGraphKernels), ec(kGraphKernels);
     for (int i = 0; i < kGraphKernels; ++i) {
@@ -799,15 +815,31 @@ void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) 
           eb[i]->record(b);
           dev.stream_wait_event(a, *eb[i]);
         }
+        if (v.memops == Memops::kSameStream) {
+          dev.write_value64(a, word.as<uint64_t>(), 1);
+          dev.wait_value64_geq(a, word.as<uint64_t>(), 1, label);
+        }
+        if (v.memops == Memops::kHandshake) {
+          for (int r = 0; r < 3; ++r) {  // Q's, K's and V's submissions: the one event recorded again
+            ea[i]->record(a);
+            dev.stream_wait_event(*hp, *ea[i]);
+          }
+          dev.write_value64(*hp, word.as<uint64_t>(), 1);
+          dev.wait_value64_geq(*hp, word.as<uint64_t>(), 1, label);
+          eb[i]->record(*hp);
+          dev.stream_wait_event(a, *eb[i]);
+        }
       }
     };
-    const NodeTimes t = graph_and_op_by_op(dev, a, issue, kGraphLaunches);
+    const NodeTimes t = median_node_times(dev, a, issue, v.chains, v.trials);
     b.synchronize();
+    hp->synchronize();
     const std::string shape = std::to_string(kGraphKernels) + " kernels, " + std::to_string(kGraphLaunches) + " launches";
     rows.push_back({"latency", std::string(kGraphRows) + ": " + v.what, shape, t.graph_us / 1e3, t.graph_us, "us",
                     kNoBound, "GPU time per kernel in a graph"});
     rows.push_back({"latency", std::string(kStreamRows) + ": " + v.what, shape, t.stream_us / 1e3, t.stream_us, "us",
-                    kNoBound, "GPU time per kernel issued op by op (enqueued ahead of the GPU)"});
+                    kNoBound, "GPU time per kernel issued op by op (enqueued ahead of the GPU; host enqueue " +
+                                  std::to_string(t.host_us).substr(0, 5) + " us per kernel)"});
   }
 }
 
@@ -820,7 +852,6 @@ void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) 
 // Three rows per op: graph, streams, host. The scatter's ops at one rank are among them (the
 // model's lean graph floor was long by about NCCL's fixed cost and the handshake's memory
 // operations, which no row timed as graph nodes; docs/model.md).
-constexpr int kFloorOpTrials = 9;
 void floor_op_rows(Device& dev, Stream& a, LayerKernels& kern, std::vector<Row>& rows) {
   constexpr int64_t M = 256, H = 8, D = 64, C = H * D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));

@@ -75,6 +75,9 @@ struct IssueCost {
 };
 struct DeviceCosts {
   IssueCost empty_kernel, record_after_work, memop, nccl_one_rank;
+  // The one-rank IPC handshake behind a kernel, its time beyond the kernel's; and its write and
+  // wait on the kernel's own stream, no stream crossed (bench_kernels' graph-node rows; 0: none).
+  IssueCost handshake, memop_behind_work;
   // The floor-op rows: the least a GEMM (the faster of the two projections), a norm+RoPE, an
   // attention, a conversion and a same-device 2-D copy took in all.
   IssueCost gemm, norm_rope, attention, convert, copy;

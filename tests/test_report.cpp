@@ -523,6 +523,17 @@ struct BenchFileRows {
   std::vector<std::string> section, what, shape, unit, note;
   std::vector<double> rate;
 };
+// The message of the InputError that `read` throws, or "(no error)".
+template <class Read>
+std::string input_error_of(Read read) {
+  try {
+    read();
+  } catch (const uipc::InputError& e) {
+    return std::string(e.what());
+  }
+  return std::string("(no error)");
+}
+
 std::string write_bench_file(const std::string& path, const BenchFileRows& r, const std::string& revision = "") {
   auto f = uipc::h5::File::create(path);
   uipc::h5::Group g = f.root().create_group("bench_kernels");
@@ -581,14 +592,7 @@ TEST(ModelBench, HostCostsComeFromTheFloorOpHostRows) {
   EXPECT_DOUBLE_EQ(c.at("host_attention_us"), att);
   EXPECT_DOUBLE_EQ(c.at("host_copy_us"), copy);
   EXPECT_NEAR(c.at("host_api_us"), hop / 2, 1e-5);
-  auto error_of = [](const std::string& path) {
-    try {
-      uipc::read_host_costs(path);
-    } catch (const uipc::InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
+  auto error_of = [](const std::string& path) { return input_error_of([&] { uipc::read_host_costs(path); }); };
   const std::string missing = error_of(bench("no-attention.h5", false));
   EXPECT_NE(missing.find("no row 'host: floor op: attention'"), std::string::npos) << missing;
   copy = 2e4;  // us: beyond what any host call can cost (host_copy_us's bounds)
@@ -606,9 +610,13 @@ TEST(ModelBench, DeviceCostsComeFromTheGraphNodeAndFloorOpRows) {
   std::mt19937 rng(std::random_device{}());
   std::uniform_real_distribution<double> u(1.0, 20.0);
   std::map<std::string, std::pair<double, double>> gpu;  // what -> (streams, graph)
-  for (const char* w : {uipc::kEmptyKernels, uipc::kEmptyKernelsRecorded}) gpu[w] = {u(rng), u(rng)};
-  gpu[uipc::kEmptyKernelsRecorded].first += 25;  // a record after a kernel costs more than none
-  gpu[uipc::kEmptyKernelsRecorded].second += 25;
+  for (const char* w : {uipc::kEmptyKernels, uipc::kEmptyKernelsRecorded, uipc::kEmptyKernelsHandshake,
+                        uipc::kEmptyKernelsMemop})
+    gpu[w] = {u(rng), u(rng)};
+  for (const char* w : {uipc::kEmptyKernelsRecorded, uipc::kEmptyKernelsHandshake, uipc::kEmptyKernelsMemop}) {
+    gpu[w].first += 25;  // a record or a handshake after a kernel costs more than none
+    gpu[w].second += 25;
+  }
   for (const char* op : {uipc::kFloorOpQkProjection, uipc::kFloorOpOutProjection, uipc::kFloorOpNormRope,
                          uipc::kFloorOpAttention, uipc::kFloorOpConversion, uipc::kFloorOpCopy, uipc::kFloorOpMemop,
                          uipc::kFloorOpNcclOneRank})
@@ -647,23 +655,22 @@ TEST(ModelBench, DeviceCostsComeFromTheGraphNodeAndFloorOpRows) {
   expect(d.copy, at(uipc::kFloorOpCopy).first, at(uipc::kFloorOpCopy).second, "copy");
   expect(d.memop, at(uipc::kFloorOpMemop).first / 2, at(uipc::kFloorOpMemop).second / 2, "memop");
   expect(d.nccl_one_rank, at(uipc::kFloorOpNcclOneRank).first, at(uipc::kFloorOpNcclOneRank).second, "nccl");
+  const auto handshake = gpu.at(uipc::kEmptyKernelsHandshake), inline_memop = gpu.at(uipc::kEmptyKernelsMemop);
+  expect(d.handshake, handshake.first - empty.first, handshake.second - empty.second, "handshake");
+  expect(d.memop_behind_work, inline_memop.first - empty.first, inline_memop.second - empty.second, "memop behind work");
   EXPECT_DOUBLE_EQ(d.nccl_one_rank_bytes, 786432.0);
   EXPECT_NE(d.source.find("abc1234"), std::string::npos) << d.source;
   // Code before the scatter's rows: those stay 0 (the machine's own), the rest is read.
   const uipc::model::DeviceCosts old = uipc::read_device_costs(
       bench("old.h5", {uipc::kFloorOpPrefix + std::string(uipc::kFloorOpMemop),
-                       uipc::kFloorOpPrefix + std::string(uipc::kFloorOpNcclOneRank)}));
+                       uipc::kFloorOpPrefix + std::string(uipc::kFloorOpNcclOneRank), uipc::kEmptyKernelsHandshake,
+                       uipc::kEmptyKernelsMemop}));
   expect(old.memop, 0, 0, "no memory-op row");
+  expect(old.handshake, 0, 0, "no handshake row");
+  expect(old.memop_behind_work, 0, 0, "no row of a write and wait behind a kernel");
   expect(old.nccl_one_rank, 0, 0, "no NCCL row");
   expect(old.norm_rope, d.norm_rope.op_by_op, d.norm_rope.graph, "norm_rope of the older file");
-  auto error_of = [](const std::string& path) {
-    try {
-      uipc::read_device_costs(path);
-    } catch (const uipc::InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
+  auto error_of = [](const std::string& path) { return input_error_of([&] { uipc::read_device_costs(path); }); };
   const std::string missing = error_of(bench("no-empty.h5", {uipc::kEmptyKernels}));
   EXPECT_NE(missing.find("no row 'streams: empty kernels'"), std::string::npos) << missing;
   gpu[uipc::kFloorOpPrefix + std::string(uipc::kFloorOpAttention)].second = 5e3;
@@ -702,14 +709,7 @@ TEST(ModelBench, RatesFilesGiveTheirGemmAndNormRopeProfiles) {
   ASSERT_EQ(r.norm_rope.size(), 1u);
   EXPECT_DOUBLE_EQ(r.norm_rope[0].gbs, norm * 1000);
   EXPECT_TRUE(uipc::read_bench_rates({gemm}).norm_rope.empty());
-  auto error_of = [](const std::vector<std::string>& paths) {
-    try {
-      uipc::read_bench_rates(paths);
-    } catch (const uipc::InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
+  auto error_of = [](const std::vector<std::string>& paths) { return input_error_of([&] { uipc::read_bench_rates(paths); }); };
   EXPECT_NE(error_of({gemm, gemm}).find("hold the GEMM profile: give one"), std::string::npos) << error_of({gemm, gemm});
   const std::string neither = bench("neither.h5", {"gemm"}, {"QKV projection (cuBLASLt), one GEMM"},
                                     {"M8448 K3072 N9216 bf16"}, {"TFLOP/s"}, {other});

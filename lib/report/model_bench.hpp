@@ -51,6 +51,13 @@ inline constexpr const char* kFloorOpMemop = "a stream write and wait of a 64-bi
 // kernels alone, and each with a timed event recorded after it.
 inline constexpr const char* kEmptyKernels = "empty kernels";
 inline constexpr const char* kEmptyKernelsRecorded = "empty kernels, an event recorded after each";
+// The IPC handshake at one rank behind each empty kernel, as the ipc and vmm transports issue it
+// at Ulysses1 (comm/transport/ipc_transport.cpp): three ordering records on the compute stream,
+// each waited on by a high-priority stream, which writes its word and waits on it, records, and
+// the compute stream waits on that record. And the word's write and wait on the compute stream
+// itself, no stream crossed: the two differ by the hops.
+inline constexpr const char* kEmptyKernelsHandshake = "empty kernels, the one-rank IPC handshake after each";
+inline constexpr const char* kEmptyKernelsMemop = "empty kernels, a stream write and wait after each";
 // The `what` of the floor-op row of `op` timed `way` (kGraphRows, kStreamRows or kHostRows).
 inline std::string floor_op_what(const char* way, const char* op) {
   return std::string(way) + ": " + kFloorOpPrefix + op;
