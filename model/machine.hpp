@@ -77,6 +77,7 @@ struct DeviceCosts {
   IssueCost empty_kernel, record_after_work, memop, nccl_one_rank;
   // The one-rank IPC handshake behind a kernel, its time beyond the kernel's; and its write and
   // wait on the kernel's own stream, no stream crossed (bench_kernels' graph-node rows; 0: none).
+  // Read and printed, not replayed: docs/model.md, "The handshake's hops as graph edges".
   IssueCost handshake, memop_behind_work;
   // The floor-op rows: the least a GEMM (the faster of the two projections), a norm+RoPE, an
   // attention, a conversion and a same-device 2-D copy took in all.

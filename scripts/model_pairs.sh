@@ -161,3 +161,6 @@ add_host_floor docs/measured/2026-12-06-h100-847e34c 847e34c
 # And a seventh at 2f6777f (thirteenth session), the first whose benches time NCCL at one rank
 # and a stream write and wait (db07774): under GPUS_H100 both replace the machine's.
 add_host_floor docs/measured/2026-12-06-h100-2f6777f 2f6777f
+# And an eighth at 54ff11e (fourteenth session), the first whose benches time the one-rank IPC
+# handshake behind a kernel and a write and wait on the kernel's own stream, as graph nodes.
+add_host_floor docs/measured/2026-12-06-h100-54ff11e 54ff11e

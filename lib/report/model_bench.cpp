@@ -232,7 +232,7 @@ model::DeviceCosts read_device_costs(const std::string& path) {
   const model::IssueCost pair = op(kFloorOpMemop, false);  // a write and a wait: each end half
   d.memop = {pair.op_by_op / 2, pair.graph / 2};
   d.nccl_one_rank = op(kFloorOpNcclOneRank, false);
-  // Each beyond its empty kernel (rows of code 2f6777f on; 0 where the file has none).
+  // Each beyond its empty kernel (rows of code 54ff11e on; 0 where the file has none).
   auto beyond_kernel = [&](const char* what) {
     const model::IssueCost c = both(what, false);
     return model::IssueCost{c.op_by_op > 0 ? std::max(0.0, c.op_by_op - d.empty_kernel.op_by_op) : 0.0,
