@@ -1,5 +1,5 @@
-"""Helpers of the post-processing tests: the CLI as a user runs it, a PNG check, and a stored floor
-report's graphs against op by op."""
+"""Helpers of the post-processing tests: the CLI as a user runs it, a PNG check, a stored floor
+report's graphs against op by op, and a stored bench's latency rows."""
 
 from __future__ import annotations
 
@@ -60,3 +60,15 @@ def floor_graph_speedups(report: Path) -> list[float]:
             layer = lambda x: float(np.median(x["stage_ms"][()][..., 6]))  # noqa: E731
             speedups.append(layer(twin) / layer(g))
     return speedups
+
+
+def bench_latency_rows(path: Path) -> dict[str, float]:
+    """`way: what` -> us, from a bench_kernels -o file's latency rows."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        a = f["bench_kernels"].attrs
+        dec = lambda v: [x.decode() if isinstance(x, bytes) else str(x) for x in v]  # noqa: E731
+        return {w: float(r) for s, w, u, r in zip(dec(a["section"]), dec(a["what"]), dec(a["unit"]), a["rate"])
+                if s == "latency" and u == "us"}
+

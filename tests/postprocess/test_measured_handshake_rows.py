@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import h5py
 import pytest
-from helpers import floor_graph_speedups
+from helpers import bench_latency_rows, floor_graph_speedups
 
 MEASURED = Path(__file__).resolve().parents[2] / "docs" / "measured" / "2026-12-06-h100-54ff11e"
 EMPTY = "empty kernels"
@@ -24,11 +23,7 @@ BENCHES = ["host-speed-graphs-floor-u1-54ff11e.h5", "host-speed-graphs-floor-u1-
 
 def h5_rows(name: str) -> dict[str, float]:
     """`way: what` -> us, from a bench_kernels -o file's latency rows."""
-    with h5py.File(MEASURED / name, "r") as f:
-        a = f["bench_kernels"].attrs
-        dec = lambda v: [x.decode() if isinstance(x, bytes) else str(x) for x in v]  # noqa: E731
-        return {w: float(r) for s, w, u, r in zip(dec(a["section"]), dec(a["what"]), dec(a["unit"]), a["rate"])
-                if s == "latency" and u == "us"}
+    return bench_latency_rows(MEASURED / name)
 
 
 @pytest.mark.parametrize("bench", BENCHES)
