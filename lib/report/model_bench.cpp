@@ -220,9 +220,13 @@ model::DeviceCosts read_device_costs(const std::string& path) {
   auto op = [&](const char* name, bool required = true) { return both(kFloorOpPrefix + std::string(name), required); };
   model::DeviceCosts d;
   d.empty_kernel = both(kEmptyKernels);
-  const model::IssueCost recorded = both(kEmptyKernelsRecorded);
-  d.record_after_work = {std::max(0.0, recorded.op_by_op - d.empty_kernel.op_by_op),
-                         std::max(0.0, recorded.graph - d.empty_kernel.graph)};
+  // A graph-node row's time beyond the empty kernel's; 0 where an optional row is absent.
+  auto beyond_kernel = [&](const char* what, bool required) {
+    const model::IssueCost c = both(what, required);
+    return model::IssueCost{c.op_by_op > 0 ? std::max(0.0, c.op_by_op - d.empty_kernel.op_by_op) : 0.0,
+                            c.graph > 0 ? std::max(0.0, c.graph - d.empty_kernel.graph) : 0.0};
+  };
+  d.record_after_work = beyond_kernel(kEmptyKernelsRecorded, true);
   const model::IssueCost qk = op(kFloorOpQkProjection), out = op(kFloorOpOutProjection);
   d.gemm = {std::min(qk.op_by_op, out.op_by_op), std::min(qk.graph, out.graph)};
   d.norm_rope = op(kFloorOpNormRope);
@@ -232,14 +236,8 @@ model::DeviceCosts read_device_costs(const std::string& path) {
   const model::IssueCost pair = op(kFloorOpMemop, false);  // a write and a wait: each end half
   d.memop = {pair.op_by_op / 2, pair.graph / 2};
   d.nccl_one_rank = op(kFloorOpNcclOneRank, false);
-  // Each beyond its empty kernel (rows of code 54ff11e on; 0 where the file has none).
-  auto beyond_kernel = [&](const char* what) {
-    const model::IssueCost c = both(what, false);
-    return model::IssueCost{c.op_by_op > 0 ? std::max(0.0, c.op_by_op - d.empty_kernel.op_by_op) : 0.0,
-                            c.graph > 0 ? std::max(0.0, c.graph - d.empty_kernel.graph) : 0.0};
-  };
-  d.handshake = beyond_kernel(kEmptyKernelsHandshake);
-  d.memop_behind_work = beyond_kernel(kEmptyKernelsMemop);
+  d.handshake = beyond_kernel(kEmptyKernelsHandshake, false);  // rows of code 54ff11e on
+  d.memop_behind_work = beyond_kernel(kEmptyKernelsMemop, false);
   d.nccl_one_rank_bytes = static_cast<double>(kFloorOpNcclOneRankBytes);
   d.source = "bench_kernels' graph-node and floor-op rows (" + path + ", code " + b.revision + ")";
   return d;
