@@ -681,11 +681,13 @@ int model_command(int argc, char** argv) {
       };
       std::printf("%s%s: its GPU's device costs from %s (us, op by op/graph): empty kernel %s, record %s, memop %s, "
                   "nccl at one rank %s; least in all: gemm %s, norm_rope %s, attention %s, convert %s, copy %s; beyond a kernel "
-                  "(not replayed): the one-rank handshake %s, a write and wait on its stream %s\n",
+                  "(not replayed): the one-rank handshake %s, a write and wait on its stream %s, a staged layer's one-rank "
+                  "IPC scatter %s, without V's interval %s\n",
                   o.markdown ? "" : "# ", base_name(report).c_str(), bench.c_str(), both(d.empty_kernel).c_str(),
                   both(d.record_after_work).c_str(), both(d.memop).c_str(), both(d.nccl_one_rank).c_str(),
                   both(d.gemm).c_str(), both(d.norm_rope).c_str(), both(d.attention).c_str(), both(d.convert).c_str(),
-                  both(d.copy).c_str(), both(d.handshake).c_str(), both(d.memop_behind_work).c_str());
+                  both(d.copy).c_str(), both(d.handshake).c_str(), both(d.memop_behind_work).c_str(),
+                  both(d.staged_scatter).c_str(), both(d.staged_scatter_no_v).c_str());
     }
     print_rows(rows, o.markdown, stdout);
     return 0;

@@ -723,11 +723,12 @@ constexpr int kGraphLaunches = 20;
 struct NodeTimes {
   double graph_us, stream_us, host_us;
 };
-NodeTimes graph_and_op_by_op(Device& dev, Stream& a, const std::function<void()>& issue, int chains) {
+NodeTimes graph_and_op_by_op(Device& dev, Stream& a, const std::function<void()>& issue, int chains,
+                             double gate_ms = kGateMs) {
   using Clock = std::chrono::steady_clock;
   NodeTimes t{};
   auto t0 = dev.create_event(), t1 = dev.create_event();
-  launch_delay(cu(a), kGateMs);
+  launch_delay(cu(a), gate_ms);
   t0->record(a);
   const auto h0 = Clock::now();
   for (int l = 0; l < chains; ++l) issue();
@@ -752,10 +753,11 @@ NodeTimes graph_and_op_by_op(Device& dev, Stream& a, const std::function<void()>
 // Each figure of graph_and_op_by_op the median of `trials` runs of it. One run's host figure is
 // one chain's mean, which one stall of the host moves by half: two H100 hosts' output-projection
 // call measured 7.6 and 11.4 us, their GPU figures within 2% (docs/measured/2026-12-06-h100-b131772).
-NodeTimes median_node_times(Device& dev, Stream& a, const std::function<void()>& issue, int chains, int trials) {
+NodeTimes median_node_times(Device& dev, Stream& a, const std::function<void()>& issue, int chains, int trials,
+                            double gate_ms = kGateMs) {
   std::vector<double> g, s, h;
   for (int i = 0; i < trials; ++i) {
-    const NodeTimes t = graph_and_op_by_op(dev, a, issue, chains);
+    const NodeTimes t = graph_and_op_by_op(dev, a, issue, chains, gate_ms);
     g.push_back(t.graph_us);
     s.push_back(t.stream_us);
     h.push_back(t.host_us);
@@ -771,7 +773,16 @@ void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) 
   // What follows each kernel besides events: nothing; a write of a 64-bit word and a wait on it
   // on stream a; or those on a high-priority stream entered through three ordering records and
   // left through one (the one-rank IPC handshake: kEmptyKernelsHandshake).
-  enum class Memops { kNone, kSameStream, kHandshake };
+  // kStaged / kStagedNoV: the scatter of a layer whose every stage is timed, as its traced
+  // layer issues it at Ulysses1 (model ops on docs/measured/2026-12-06-h100-54ff11e's
+  // graphs-floor-u1). Before the kernel the copy stream waits on an ordering record (it
+  // follows the layer from its start); after it a timed record (the previous stage's end); the copy stream's wait on the
+  // release word; Q's, K's and V's ordering records each waited on by the copy stream, a timed
+  // record on the compute stream after Q's and K's; on the copy stream V's interval (two timed
+  // records; kStagedNoV leaves them out), the word's write and wait and an ordering record; on
+  // the compute stream a timed record, three waits on that record and a timed record (the
+  // scatter's end).
+  enum class Memops { kNone, kSameStream, kHandshake, kStaged, kStagedNoV };
   struct Variant {
     const char* what;
     int records;  // events recorded after each kernel, one behind the other
@@ -779,8 +790,9 @@ void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) 
     EventUse use;
     Memops memops = Memops::kNone;
     // Chains op by op in one gated run, and runs (the median): a kernel with a handshake is ten
-    // calls, whose enqueue must stay inside the gate.
+    // calls, with a staged scatter 23, whose enqueue must stay inside the gate (ms).
     int chains = kGraphLaunches, trials = 1;
+    double gate_ms = kGateMs;
   };
   // Two timed records back to back: what a record behind a record costs (1.36 us on the
   // H200 at 9d2ed1a, against 2.34 behind a kernel; docs/model.md, "A record behind a record").
@@ -792,21 +804,31 @@ void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) 
       {"empty kernels, a hop to a second stream and back after each", 0, true, EventUse::kTimed},
       {"empty kernels, a hop through ordering events after each", 0, true, EventUse::kOrdering},
       {kEmptyKernelsMemop, 0, false, EventUse::kOrdering, Memops::kSameStream, 4, kFloorOpTrials},
-      {kEmptyKernelsHandshake, 0, false, EventUse::kOrdering, Memops::kHandshake, 2, kFloorOpTrials}};
+      {kEmptyKernelsHandshake, 0, false, EventUse::kOrdering, Memops::kHandshake, 2, kFloorOpTrials},
+      {kEmptyKernelsStagedScatter, 0, false, EventUse::kOrdering, Memops::kStaged, 1, kFloorOpTrials, 4 * kGateMs},
+      {kEmptyKernelsStagedScatterNoV, 0, false, EventUse::kOrdering, Memops::kStagedNoV, 1, kFloorOpTrials, 4 * kGateMs}};
   auto hp = dev.create_stream(StreamPriority::kHigh);  // the transports' copy stream
   auto word = dev.alloc(sizeof(uint64_t));
   const uint64_t one = 1;  // every wait below is met at once: what is timed is the fixed cost
   dev.copy_to_device(word.get(), &one, sizeof(one));
   const WaitLabel label{0, "the benchmark's own word"};
   for (const Variant& v : variants) {
+    constexpr int kStagedTimed = 7;  // the staged scatter's timed records
     std::vector<std::unique_ptr<Event>> ea(kGraphKernels), eb(kGraphKernels), ec(kGraphKernels);
+    std::vector<std::vector<std::unique_ptr<Event>>> et(kGraphKernels);
+    const bool staged = v.memops == Memops::kStaged || v.memops == Memops::kStagedNoV;
     for (int i = 0; i < kGraphKernels; ++i) {
       ea[i] = dev.create_event(v.use);
       eb[i] = dev.create_event(v.use);
       ec[i] = dev.create_event(v.use);
+      for (int k = 0; staged && k < kStagedTimed; ++k) et[i].push_back(dev.create_event(EventUse::kTimed));
     }
     auto issue = [&] {
       for (int i = 0; i < kGraphKernels; ++i) {
+        if (staged) {  // the copy stream follows the compute stream from the layer's start (begin_layer)
+          ec[i]->record(a);
+          dev.stream_wait_event(*hp, *ec[i]);
+        }
         launch_delay(cu(a), 0.0);
         if (v.records > 0 || v.hop) ea[i]->record(a);
         if (v.records > 1) ec[i]->record(a);
@@ -829,9 +851,29 @@ void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) 
           eb[i]->record(*hp);
           dev.stream_wait_event(a, *eb[i]);
         }
+        if (staged) {
+          auto& e = et[i];
+          e[0]->record(a);
+          dev.wait_value64_geq(*hp, word.as<uint64_t>(), 1, label);
+          for (int r = 0; r < 3; ++r) {
+            ea[i]->record(a);
+            dev.stream_wait_event(*hp, *ea[i]);
+            if (r < 2) e[1 + r]->record(a);
+          }
+          if (v.memops == Memops::kStaged) {
+            e[3]->record(*hp);
+            e[4]->record(*hp);
+          }
+          dev.write_value64(*hp, word.as<uint64_t>(), 1);
+          dev.wait_value64_geq(*hp, word.as<uint64_t>(), 1, label);
+          eb[i]->record(*hp);
+          e[5]->record(a);
+          for (int r = 0; r < 3; ++r) dev.stream_wait_event(a, *eb[i]);
+          e[6]->record(a);
+        }
       }
     };
-    const NodeTimes t = median_node_times(dev, a, issue, v.chains, v.trials);
+    const NodeTimes t = median_node_times(dev, a, issue, v.chains, v.trials, v.gate_ms);
     b.synchronize();
     hp->synchronize();
     const std::string shape = std::to_string(kGraphKernels) + " kernels, " + std::to_string(kGraphLaunches) + " launches";

@@ -610,10 +610,11 @@ TEST(ModelBench, DeviceCostsComeFromTheGraphNodeAndFloorOpRows) {
   std::mt19937 rng(std::random_device{}());
   std::uniform_real_distribution<double> u(1.0, 20.0);
   std::map<std::string, std::pair<double, double>> gpu;  // what -> (streams, graph)
-  for (const char* w : {uipc::kEmptyKernels, uipc::kEmptyKernelsRecorded, uipc::kEmptyKernelsHandshake,
-                        uipc::kEmptyKernelsMemop})
-    gpu[w] = {u(rng), u(rng)};
-  for (const char* w : {uipc::kEmptyKernelsRecorded, uipc::kEmptyKernelsHandshake, uipc::kEmptyKernelsMemop}) {
+  const char* const beyond[] = {uipc::kEmptyKernelsRecorded, uipc::kEmptyKernelsHandshake, uipc::kEmptyKernelsMemop,
+                                uipc::kEmptyKernelsStagedScatter, uipc::kEmptyKernelsStagedScatterNoV};
+  gpu[uipc::kEmptyKernels] = {u(rng), u(rng)};
+  for (const char* w : beyond) gpu[w] = {u(rng), u(rng)};
+  for (const char* w : beyond) {
     gpu[w].first += 25;  // a record or a handshake after a kernel costs more than none
     gpu[w].second += 25;
   }
@@ -658,16 +659,22 @@ TEST(ModelBench, DeviceCostsComeFromTheGraphNodeAndFloorOpRows) {
   const auto handshake = gpu.at(uipc::kEmptyKernelsHandshake), inline_memop = gpu.at(uipc::kEmptyKernelsMemop);
   expect(d.handshake, handshake.first - empty.first, handshake.second - empty.second, "handshake");
   expect(d.memop_behind_work, inline_memop.first - empty.first, inline_memop.second - empty.second, "memop behind work");
+  const auto staged = gpu.at(uipc::kEmptyKernelsStagedScatter), staged_no_v = gpu.at(uipc::kEmptyKernelsStagedScatterNoV);
+  expect(d.staged_scatter, staged.first - empty.first, staged.second - empty.second, "staged scatter");
+  expect(d.staged_scatter_no_v, staged_no_v.first - empty.first, staged_no_v.second - empty.second,
+         "staged scatter without V's interval");
   EXPECT_DOUBLE_EQ(d.nccl_one_rank_bytes, 786432.0);
   EXPECT_NE(d.source.find("abc1234"), std::string::npos) << d.source;
   // Code before the scatter's rows: those stay 0 (the machine's own), the rest is read.
   const uipc::model::DeviceCosts old = uipc::read_device_costs(
       bench("old.h5", {uipc::kFloorOpPrefix + std::string(uipc::kFloorOpMemop),
                        uipc::kFloorOpPrefix + std::string(uipc::kFloorOpNcclOneRank), uipc::kEmptyKernelsHandshake,
-                       uipc::kEmptyKernelsMemop}));
+                       uipc::kEmptyKernelsMemop, uipc::kEmptyKernelsStagedScatter, uipc::kEmptyKernelsStagedScatterNoV}));
   expect(old.memop, 0, 0, "no memory-op row");
   expect(old.handshake, 0, 0, "no handshake row");
   expect(old.memop_behind_work, 0, 0, "no row of a write and wait behind a kernel");
+  expect(old.staged_scatter, 0, 0, "no staged scatter row");
+  expect(old.staged_scatter_no_v, 0, 0, "no staged scatter row without V's interval");
   expect(old.nccl_one_rank, 0, 0, "no NCCL row");
   expect(old.norm_rope, d.norm_rope.op_by_op, d.norm_rope.graph, "norm_rope of the older file");
   auto error_of = [](const std::string& path) { return input_error_of([&] { uipc::read_device_costs(path); }); };

@@ -238,6 +238,8 @@ model::DeviceCosts read_device_costs(const std::string& path) {
   d.nccl_one_rank = op(kFloorOpNcclOneRank, false);
   d.handshake = beyond_kernel(kEmptyKernelsHandshake, false);  // rows of code 54ff11e on
   d.memop_behind_work = beyond_kernel(kEmptyKernelsMemop, false);
+  d.staged_scatter = beyond_kernel(kEmptyKernelsStagedScatter, false);
+  d.staged_scatter_no_v = beyond_kernel(kEmptyKernelsStagedScatterNoV, false);
   d.nccl_one_rank_bytes = static_cast<double>(kFloorOpNcclOneRankBytes);
   d.source = "bench_kernels' graph-node and floor-op rows (" + path + ", code " + b.revision + ")";
   return d;

@@ -58,6 +58,13 @@ inline constexpr const char* kEmptyKernelsRecorded = "empty kernels, an event re
 // itself, no stream crossed: the two differ by the hops.
 inline constexpr const char* kEmptyKernelsHandshake = "empty kernels, the one-rank IPC handshake after each";
 inline constexpr const char* kEmptyKernelsMemop = "empty kernels, a stream write and wait after each";
+// The scatter of a layer whose every stage is timed (--stage-timing on), at Ulysses1 over ipc or
+// vmm, behind each empty kernel: the handshake above with the stage events the layer records
+// around it (seven timed records, two of them V's interval on the high-priority stream); and the
+// same without V's interval.
+inline constexpr const char* kEmptyKernelsStagedScatter = "empty kernels, a staged layer's one-rank IPC scatter after each";
+inline constexpr const char* kEmptyKernelsStagedScatterNoV =
+    "empty kernels, a staged layer's one-rank IPC scatter without V's interval after each";
 // The `what` of the floor-op row of `op` timed `way` (kGraphRows, kStreamRows or kHostRows).
 inline std::string floor_op_what(const char* way, const char* op) {
   return std::string(way) + ": " + kFloorOpPrefix + op;
