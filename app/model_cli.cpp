@@ -674,6 +674,7 @@ int model_command(int argc, char** argv) {
                                   [&, &report = report](const Joined& x) { return x.measured_report == report; });
       if (j == joined.end()) continue;
       const model::DeviceCosts& d = j->replay.device;
+      const BeyondKernel k = read_beyond_kernel(bench);
       auto both = [](const model::IssueCost& c) {
         char b[48];
         std::snprintf(b, sizeof(b), "%.2f/%.2f", c.op_by_op, c.graph);
@@ -686,8 +687,8 @@ int model_command(int argc, char** argv) {
                   o.markdown ? "" : "# ", base_name(report).c_str(), bench.c_str(), both(d.empty_kernel).c_str(),
                   both(d.record_after_work).c_str(), both(d.memop).c_str(), both(d.nccl_one_rank).c_str(),
                   both(d.gemm).c_str(), both(d.norm_rope).c_str(), both(d.attention).c_str(), both(d.convert).c_str(),
-                  both(d.copy).c_str(), both(d.handshake).c_str(), both(d.memop_behind_work).c_str(),
-                  both(d.staged_scatter).c_str(), both(d.staged_scatter_no_v).c_str());
+                  both(d.copy).c_str(), both(k.handshake).c_str(), both(k.memop_behind_work).c_str(),
+                  both(k.staged_scatter).c_str(), both(k.staged_scatter_no_v).c_str());
     }
     print_rows(rows, o.markdown, stdout);
     return 0;

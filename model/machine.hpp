@@ -75,12 +75,6 @@ struct IssueCost {
 };
 struct DeviceCosts {
   IssueCost empty_kernel, record_after_work, memop, nccl_one_rank;
-  // The one-rank IPC handshake behind a kernel, its time beyond the kernel's; and its write and
-  // wait on the kernel's own stream, no stream crossed (bench_kernels' graph-node rows; 0: none).
-  // And the scatter of a layer whose every stage is timed (the handshake with the layer's stage
-  // events around it), with and without V's interval (code of 2026-12-06, fifteenth session, on).
-  // Read and printed, not replayed: docs/model.md, "The handshake's hops as graph edges".
-  IssueCost handshake, memop_behind_work, staged_scatter, staged_scatter_no_v;
   // The floor-op rows: the least a GEMM (the faster of the two projections), a norm+RoPE, an
   // attention, a conversion and a same-device 2-D copy took in all.
   IssueCost gemm, norm_rope, attention, convert, copy;

@@ -604,7 +604,8 @@ TEST(ModelBench, HostCostsComeFromTheFloorOpHostRows) {
 // op (streams rows) and as a graph node (graph rows): the empty kernel's, a record after work as
 // its row less the empty kernel's, the faster projection as the GEMM's least, half the write-and-
 // wait row a memory op; the host rows are not read; the NCCL and memory-op rows are optional
-// (code before db07774 has none), the others required, and an absurd figure is refused.
+// (code before db07774 has none), the others required, and an absurd figure is refused. The rows
+// printed and not replayed (read_beyond_kernel) are each less the empty kernel, 0 where absent.
 TEST(ModelBench, DeviceCostsComeFromTheGraphNodeAndFloorOpRows) {
   TempDir dir;
   std::mt19937 rng(std::random_device{}());
@@ -656,25 +657,27 @@ TEST(ModelBench, DeviceCostsComeFromTheGraphNodeAndFloorOpRows) {
   expect(d.copy, at(uipc::kFloorOpCopy).first, at(uipc::kFloorOpCopy).second, "copy");
   expect(d.memop, at(uipc::kFloorOpMemop).first / 2, at(uipc::kFloorOpMemop).second / 2, "memop");
   expect(d.nccl_one_rank, at(uipc::kFloorOpNcclOneRank).first, at(uipc::kFloorOpNcclOneRank).second, "nccl");
+  const uipc::BeyondKernel k = uipc::read_beyond_kernel(dir.file("gpu.h5"));
   const auto handshake = gpu.at(uipc::kEmptyKernelsHandshake), inline_memop = gpu.at(uipc::kEmptyKernelsMemop);
-  expect(d.handshake, handshake.first - empty.first, handshake.second - empty.second, "handshake");
-  expect(d.memop_behind_work, inline_memop.first - empty.first, inline_memop.second - empty.second, "memop behind work");
+  expect(k.handshake, handshake.first - empty.first, handshake.second - empty.second, "handshake");
+  expect(k.memop_behind_work, inline_memop.first - empty.first, inline_memop.second - empty.second, "memop behind work");
   const auto staged = gpu.at(uipc::kEmptyKernelsStagedScatter), staged_no_v = gpu.at(uipc::kEmptyKernelsStagedScatterNoV);
-  expect(d.staged_scatter, staged.first - empty.first, staged.second - empty.second, "staged scatter");
-  expect(d.staged_scatter_no_v, staged_no_v.first - empty.first, staged_no_v.second - empty.second,
+  expect(k.staged_scatter, staged.first - empty.first, staged.second - empty.second, "staged scatter");
+  expect(k.staged_scatter_no_v, staged_no_v.first - empty.first, staged_no_v.second - empty.second,
          "staged scatter without V's interval");
   EXPECT_DOUBLE_EQ(d.nccl_one_rank_bytes, 786432.0);
   EXPECT_NE(d.source.find("abc1234"), std::string::npos) << d.source;
   // Code before the scatter's rows: those stay 0 (the machine's own), the rest is read.
-  const uipc::model::DeviceCosts old = uipc::read_device_costs(
-      bench("old.h5", {uipc::kFloorOpPrefix + std::string(uipc::kFloorOpMemop),
+  const std::string old_file = bench("old.h5", {uipc::kFloorOpPrefix + std::string(uipc::kFloorOpMemop),
                        uipc::kFloorOpPrefix + std::string(uipc::kFloorOpNcclOneRank), uipc::kEmptyKernelsHandshake,
-                       uipc::kEmptyKernelsMemop, uipc::kEmptyKernelsStagedScatter, uipc::kEmptyKernelsStagedScatterNoV}));
+                       uipc::kEmptyKernelsMemop, uipc::kEmptyKernelsStagedScatter, uipc::kEmptyKernelsStagedScatterNoV});
+  const uipc::model::DeviceCosts old = uipc::read_device_costs(old_file);
+  const uipc::BeyondKernel old_k = uipc::read_beyond_kernel(old_file);
   expect(old.memop, 0, 0, "no memory-op row");
-  expect(old.handshake, 0, 0, "no handshake row");
-  expect(old.memop_behind_work, 0, 0, "no row of a write and wait behind a kernel");
-  expect(old.staged_scatter, 0, 0, "no staged scatter row");
-  expect(old.staged_scatter_no_v, 0, 0, "no staged scatter row without V's interval");
+  expect(old_k.handshake, 0, 0, "no handshake row");
+  expect(old_k.memop_behind_work, 0, 0, "no row of a write and wait behind a kernel");
+  expect(old_k.staged_scatter, 0, 0, "no staged scatter row");
+  expect(old_k.staged_scatter_no_v, 0, 0, "no staged scatter row without V's interval");
   expect(old.nccl_one_rank, 0, 0, "no NCCL row");
   expect(old.norm_rope, d.norm_rope.op_by_op, d.norm_rope.graph, "norm_rope of the older file");
   auto error_of = [](const std::string& path) { return input_error_of([&] { uipc::read_device_costs(path); }); };

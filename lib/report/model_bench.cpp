@@ -197,10 +197,14 @@ std::map<std::string, double> read_host_costs(const std::string& path) {
   return c;
 }
 
-model::DeviceCosts read_device_costs(const std::string& path) {
-  const BenchRows b = read_bench_rows(path);
+namespace {
+
+// The latency section's rows `way: what` of a bench file, in us, each checked for range.
+struct LatencyRows {
+  std::string path;
+  BenchRows b;
   // The row `way: what` in us; 0 for an optional one the file does not hold.
-  auto row_us = [&](const char* way, const std::string& what, bool required) {
+  double us(const char* way, const std::string& what, bool required) const {
     const std::string full = std::string(way) + ": " + what;
     for (size_t i = 0; i < b.what.size(); ++i) {
       if (b.section[i] != "latency" || b.what[i] != full || b.unit[i] != "us") continue;
@@ -213,20 +217,26 @@ model::DeviceCosts read_device_costs(const std::string& path) {
       throw InputError(path + ": bench_kernels holds no row '" + full +
                        "' (the graph-node and floor-op rows of bench_kernels --sections latency, code f5ae572 on)");
     return 0.0;
-  };
-  auto both = [&](const std::string& what, bool required = true) {
-    return model::IssueCost{row_us(kStreamRows, what, required), row_us(kGraphRows, what, required)};
-  };
-  auto op = [&](const char* name, bool required = true) { return both(kFloorOpPrefix + std::string(name), required); };
-  model::DeviceCosts d;
-  d.empty_kernel = both(kEmptyKernels);
+  }
+  model::IssueCost both(const std::string& what, bool required = true) const {
+    return model::IssueCost{us(kStreamRows, what, required), us(kGraphRows, what, required)};
+  }
   // A graph-node row's time beyond the empty kernel's; 0 where an optional row is absent.
-  auto beyond_kernel = [&](const char* what, bool required) {
-    const model::IssueCost c = both(what, required);
-    return model::IssueCost{c.op_by_op > 0 ? std::max(0.0, c.op_by_op - d.empty_kernel.op_by_op) : 0.0,
-                            c.graph > 0 ? std::max(0.0, c.graph - d.empty_kernel.graph) : 0.0};
-  };
-  d.record_after_work = beyond_kernel(kEmptyKernelsRecorded, true);
+  model::IssueCost beyond_kernel(const char* what, bool required) const {
+    const model::IssueCost empty = both(kEmptyKernels), c = both(what, required);
+    return model::IssueCost{c.op_by_op > 0 ? std::max(0.0, c.op_by_op - empty.op_by_op) : 0.0,
+                            c.graph > 0 ? std::max(0.0, c.graph - empty.graph) : 0.0};
+  }
+};
+
+}  // namespace
+
+model::DeviceCosts read_device_costs(const std::string& path) {
+  const LatencyRows r{path, read_bench_rows(path)};
+  auto op = [&](const char* name, bool required = true) { return r.both(kFloorOpPrefix + std::string(name), required); };
+  model::DeviceCosts d;
+  d.empty_kernel = r.both(kEmptyKernels);
+  d.record_after_work = r.beyond_kernel(kEmptyKernelsRecorded, true);
   const model::IssueCost qk = op(kFloorOpQkProjection), out = op(kFloorOpOutProjection);
   d.gemm = {std::min(qk.op_by_op, out.op_by_op), std::min(qk.graph, out.graph)};
   d.norm_rope = op(kFloorOpNormRope);
@@ -236,13 +246,15 @@ model::DeviceCosts read_device_costs(const std::string& path) {
   const model::IssueCost pair = op(kFloorOpMemop, false);  // a write and a wait: each end half
   d.memop = {pair.op_by_op / 2, pair.graph / 2};
   d.nccl_one_rank = op(kFloorOpNcclOneRank, false);
-  d.handshake = beyond_kernel(kEmptyKernelsHandshake, false);  // rows of code 54ff11e on
-  d.memop_behind_work = beyond_kernel(kEmptyKernelsMemop, false);
-  d.staged_scatter = beyond_kernel(kEmptyKernelsStagedScatter, false);
-  d.staged_scatter_no_v = beyond_kernel(kEmptyKernelsStagedScatterNoV, false);
   d.nccl_one_rank_bytes = static_cast<double>(kFloorOpNcclOneRankBytes);
-  d.source = "bench_kernels' graph-node and floor-op rows (" + path + ", code " + b.revision + ")";
+  d.source = "bench_kernels' graph-node and floor-op rows (" + path + ", code " + r.b.revision + ")";
   return d;
+}
+
+BeyondKernel read_beyond_kernel(const std::string& path) {
+  const LatencyRows r{path, read_bench_rows(path)};
+  return {r.beyond_kernel(kEmptyKernelsHandshake, false), r.beyond_kernel(kEmptyKernelsMemop, false),
+          r.beyond_kernel(kEmptyKernelsStagedScatter, false), r.beyond_kernel(kEmptyKernelsStagedScatterNoV, false)};
 }
 
 std::vector<model::NormRopePoint> read_norm_rope_profile(const std::string& path) {
