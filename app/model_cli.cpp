@@ -674,21 +674,27 @@ int model_command(int argc, char** argv) {
                                   [&, &report = report](const Joined& x) { return x.measured_report == report; });
       if (j == joined.end()) continue;
       const model::DeviceCosts& d = j->replay.device;
-      const BeyondKernel k = read_beyond_kernel(bench);
       auto both = [](const model::IssueCost& c) {
         char b[48];
         std::snprintf(b, sizeof(b), "%.2f/%.2f", c.op_by_op, c.graph);
         return std::string(b);
       };
       std::printf("%s%s: its GPU's device costs from %s (us, op by op/graph): empty kernel %s, record %s, memop %s, "
-                  "nccl at one rank %s; least in all: gemm %s, norm_rope %s, attention %s, convert %s, copy %s; beyond a kernel "
-                  "(not replayed): the one-rank handshake %s, a write and wait on its stream %s, a staged layer's one-rank "
-                  "IPC scatter %s, without V's interval %s\n",
+                  "nccl at one rank %s; least in all: gemm %s, norm_rope %s, attention %s, convert %s, copy %s\n",
                   o.markdown ? "" : "# ", base_name(report).c_str(), bench.c_str(), both(d.empty_kernel).c_str(),
                   both(d.record_after_work).c_str(), both(d.memop).c_str(), both(d.nccl_one_rank).c_str(),
                   both(d.gemm).c_str(), both(d.norm_rope).c_str(), both(d.attention).c_str(), both(d.convert).c_str(),
-                  both(d.copy).c_str(), both(k.handshake).c_str(), both(k.memop_behind_work).c_str(),
-                  both(k.staged_scatter).c_str(), both(k.staged_scatter_no_v).c_str());
+                  both(d.copy).c_str());
+      // The bench's graph-node sequences replayed on the machine with these costs: its rules
+      // for records, hops and memory operations against the composites the bench timed.
+      for (const NodeRowReplay& n : replay_node_rows(base, bench)) {
+        auto pct = [](double modelled, double measured) { return 100.0 * (modelled - measured) / measured; };
+        std::printf("%s  %s: us per kernel, measured / modelled: op by op %.2f / %.2f (%+.0f%%), graph %.2f / %.2f "
+                    "(%+.0f%%)\n",
+                    o.markdown ? "" : "#", n.what.c_str(), n.measured.op_by_op, n.modelled.op_by_op,
+                    pct(n.modelled.op_by_op, n.measured.op_by_op), n.measured.graph, n.modelled.graph,
+                    pct(n.modelled.graph, n.measured.graph));
+      }
     }
     print_rows(rows, o.markdown, stdout);
     return 0;

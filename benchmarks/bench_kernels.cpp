@@ -56,6 +56,7 @@
 #include "lib/deck/model_layer.hpp"
 #include "lib/hdf5/hdf5_file.hpp"
 #include "lib/report/model_bench.hpp"
+#include "lib/report/node_sequences.hpp"
 
 namespace {
 
@@ -712,9 +713,9 @@ void latency_rows(Device& dev, std::vector<Row>& rows) {
 // (EventUse::kOrdering: an edge of the graph, no node; op by op a record without timing).
 // And the same issued op by op on streams. Figures per kernel; a variant less the kernels
 // alone is what its events cost.
-constexpr int kGraphKernels = 20;
-constexpr int kFloorOpTrials = 9;  // runs of a timing whose figure is their median
-constexpr int kGraphLaunches = 20;
+constexpr int kGraphKernels = kNodeKernels;
+constexpr int kFloorOpTrials = kNodeMedianRuns;  // runs of a timing whose figure is their median
+constexpr int kGraphLaunches = kNodeLaunches;
 
 // GPU time per op of `issue` (kGraphKernels ops on stream a): issued op by op `chains` times
 // in a row behind a gate (so the GPU's time is timed, not the host's: the chains' enqueue must
@@ -770,110 +771,50 @@ NodeTimes median_node_times(Device& dev, Stream& a, const std::function<void()>&
 }
 
 void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) {
-  // What follows each kernel besides events: nothing; a write of a 64-bit word and a wait on it
-  // on stream a; or those on a high-priority stream entered through three ordering records and
-  // left through one (the one-rank IPC handshake: kEmptyKernelsHandshake).
-  // kStaged / kStagedNoV: the scatter of a layer whose every stage is timed, as its traced
-  // layer issues it at Ulysses1 (model ops on docs/measured/2026-12-06-h100-54ff11e's
-  // graphs-floor-u1). Before the kernel the copy stream waits on an ordering record (it
-  // follows the layer from its start); after it a timed record (the previous stage's end); the copy stream's wait on the
-  // release word; Q's, K's and V's ordering records each waited on by the copy stream, a timed
-  // record on the compute stream after Q's and K's; on the copy stream V's interval (two timed
-  // records; kStagedNoV leaves them out), the word's write and wait and an ordering record; on
-  // the compute stream a timed record, three waits on that record and a timed record (the
-  // scatter's end).
-  enum class Memops { kNone, kSameStream, kHandshake, kStaged, kStagedNoV };
-  struct Variant {
-    const char* what;
-    int records;  // events recorded after each kernel, one behind the other
-    bool hop;     // a hop to stream b and back after each kernel
-    EventUse use;
-    Memops memops = Memops::kNone;
-    // Chains op by op in one gated run, and runs (the median): a kernel with a handshake is ten
-    // calls, with a staged scatter 23, whose enqueue must stay inside the gate (ms).
-    int chains = kGraphLaunches, trials = 1;
-    double gate_ms = kGateMs;
-  };
-  // Two timed records back to back: what a record behind a record costs (1.36 us on the
-  // H200 at 9d2ed1a, against 2.34 behind a kernel; docs/model.md, "A record behind a record").
-  const Variant variants[] = {
-      {kEmptyKernels, 0, false, EventUse::kTimed},
-      {kEmptyKernelsRecorded, 1, false, EventUse::kTimed},
-      {"empty kernels, two events recorded after each", 2, false, EventUse::kTimed},
-      {"empty kernels, an ordering event recorded after each", 1, false, EventUse::kOrdering},
-      {"empty kernels, a hop to a second stream and back after each", 0, true, EventUse::kTimed},
-      {"empty kernels, a hop through ordering events after each", 0, true, EventUse::kOrdering},
-      {kEmptyKernelsMemop, 0, false, EventUse::kOrdering, Memops::kSameStream, 4, kFloorOpTrials},
-      {kEmptyKernelsHandshake, 0, false, EventUse::kOrdering, Memops::kHandshake, 2, kFloorOpTrials},
-      {kEmptyKernelsStagedScatter, 0, false, EventUse::kOrdering, Memops::kStaged, 1, kFloorOpTrials, 4 * kGateMs},
-      {kEmptyKernelsStagedScatterNoV, 0, false, EventUse::kOrdering, Memops::kStagedNoV, 1, kFloorOpTrials, 4 * kGateMs}};
-  auto hp = dev.create_stream(StreamPriority::kHigh);  // the transports' copy stream
+  // Each variant's steps (lib/report/node_sequences.hpp, which the model replays too) on
+  // stream a, stream b and a high-priority stream (the transports' copy stream).
+  auto hp = dev.create_stream(StreamPriority::kHigh);
+  Stream* const streams[kNodeStreams] = {&a, &b, hp.get()};
   auto word = dev.alloc(sizeof(uint64_t));
   const uint64_t one = 1;  // every wait below is met at once: what is timed is the fixed cost
   dev.copy_to_device(word.get(), &one, sizeof(one));
   const WaitLabel label{0, "the benchmark's own word"};
-  for (const Variant& v : variants) {
-    constexpr int kStagedTimed = 7;  // the staged scatter's timed records
-    std::vector<std::unique_ptr<Event>> ea(kGraphKernels), eb(kGraphKernels), ec(kGraphKernels);
-    std::vector<std::vector<std::unique_ptr<Event>>> et(kGraphKernels);
-    const bool staged = v.memops == Memops::kStaged || v.memops == Memops::kStagedNoV;
-    for (int i = 0; i < kGraphKernels; ++i) {
-      ea[i] = dev.create_event(v.use);
-      eb[i] = dev.create_event(v.use);
-      ec[i] = dev.create_event(v.use);
-      for (int k = 0; staged && k < kStagedTimed; ++k) et[i].push_back(dev.create_event(EventUse::kTimed));
+  auto copy_src = dev.alloc(kNodeCopyBytes), copy_dst = dev.alloc(kNodeCopyBytes);
+  dev.memset(a, copy_src.get(), 0, kNodeCopyBytes);
+  for (const NodeVariant& v : node_variants()) {
+    // Each kernel's own events, each timed or ordering as the variant first records it.
+    std::vector<std::vector<std::unique_ptr<Event>>> ev(kGraphKernels);
+    for (auto& e : ev) {
+      e.resize(kNodeEvents);
+      for (const auto* steps : {&v.before, &v.after})
+        for (const NodeStep& st : *steps)
+          if ((st.kind == NodeStep::kRecordTimed || st.kind == NodeStep::kRecordOrdering) && !e[st.event])
+            e[st.event] = dev.create_event(st.kind == NodeStep::kRecordTimed ? EventUse::kTimed : EventUse::kOrdering);
     }
-    auto issue = [&] {
-      for (int i = 0; i < kGraphKernels; ++i) {
-        if (staged) {  // the copy stream follows the compute stream from the layer's start (begin_layer)
-          ec[i]->record(a);
-          dev.stream_wait_event(*hp, *ec[i]);
-        }
-        launch_delay(cu(a), 0.0);
-        if (v.records > 0 || v.hop) ea[i]->record(a);
-        if (v.records > 1) ec[i]->record(a);
-        if (v.hop) {
-          dev.stream_wait_event(b, *ea[i]);
-          eb[i]->record(b);
-          dev.stream_wait_event(a, *eb[i]);
-        }
-        if (v.memops == Memops::kSameStream) {
-          dev.write_value64(a, word.as<uint64_t>(), 1);
-          dev.wait_value64_geq(a, word.as<uint64_t>(), 1, label);
-        }
-        if (v.memops == Memops::kHandshake) {
-          for (int r = 0; r < 3; ++r) {  // Q's, K's and V's submissions: the one event recorded again
-            ea[i]->record(a);
-            dev.stream_wait_event(*hp, *ea[i]);
-          }
-          dev.write_value64(*hp, word.as<uint64_t>(), 1);
-          dev.wait_value64_geq(*hp, word.as<uint64_t>(), 1, label);
-          eb[i]->record(*hp);
-          dev.stream_wait_event(a, *eb[i]);
-        }
-        if (staged) {
-          auto& e = et[i];
-          e[0]->record(a);
-          dev.wait_value64_geq(*hp, word.as<uint64_t>(), 1, label);
-          for (int r = 0; r < 3; ++r) {
-            ea[i]->record(a);
-            dev.stream_wait_event(*hp, *ea[i]);
-            if (r < 2) e[1 + r]->record(a);
-          }
-          if (v.memops == Memops::kStaged) {
-            e[3]->record(*hp);
-            e[4]->record(*hp);
-          }
-          dev.write_value64(*hp, word.as<uint64_t>(), 1);
-          dev.wait_value64_geq(*hp, word.as<uint64_t>(), 1, label);
-          eb[i]->record(*hp);
-          e[5]->record(a);
-          for (int r = 0; r < 3; ++r) dev.stream_wait_event(a, *eb[i]);
-          e[6]->record(a);
+    auto run = [&](int i, const std::vector<NodeStep>& steps) {
+      for (const NodeStep& st : steps) {
+        Stream& s = *streams[static_cast<int>(st.stream)];
+        switch (st.kind) {
+          case NodeStep::kRecordTimed:
+          case NodeStep::kRecordOrdering: ev[i][st.event]->record(s); break;
+          case NodeStep::kWaitEvent: dev.stream_wait_event(s, *ev[i][st.event]); break;
+          case NodeStep::kWriteWord: dev.write_value64(s, word.as<uint64_t>(), 1); break;
+          case NodeStep::kWaitWord: dev.wait_value64_geq(s, word.as<uint64_t>(), 1, label); break;
         }
       }
     };
-    const NodeTimes t = median_node_times(dev, a, issue, v.chains, v.trials, v.gate_ms);
+    auto issue = [&] {
+      for (int i = 0; i < kGraphKernels; ++i) {
+        run(i, v.before);
+        if (v.work == NodeWork::kCopy)
+          dev.copy_2d(a, copy_dst.get(), kNodeCopyRow, copy_src.get(), kNodeCopyRow, kNodeCopyRow,
+                      kNodeCopyBytes / kNodeCopyRow);
+        else
+          launch_delay(cu(a), 0.0);
+        run(i, v.after);
+      }
+    };
+    const NodeTimes t = median_node_times(dev, a, issue, v.chains, v.trials, v.gate_multiple * kGateMs);
     b.synchronize();
     hp->synchronize();
     const std::string shape = std::to_string(kGraphKernels) + " kernels, " + std::to_string(kGraphLaunches) + " launches";

@@ -86,15 +86,16 @@ std::map<std::string, double> read_host_costs(const std::string& path);
 // InputError for a file without the others, or with a figure outside [0.01, 1000] us.
 model::DeviceCosts read_device_costs(const std::string& path);
 
-// What `path`'s graph-node rows time behind an empty kernel beyond the kernel itself, each op by
-// op and as a graph (us; 0 where the file has no such row): the one-rank IPC handshake and a write
-// and wait on the kernel's own stream (code 54ff11e on); a staged layer's one-rank IPC scatter,
-// with and without V's interval (431a68b on). Printed by `model validate --gpu`, not replayed
-// (docs/model.md, "The handshake's hops as graph edges"). Throws as read_device_costs.
-struct BeyondKernel {
-  model::IssueCost handshake, memop_behind_work, staged_scatter, staged_scatter_no_v;
+// Each graph-node variant (lib/report/node_sequences.hpp) that `path` measured, beside the
+// same steps replayed on `machine` with that GPU's own costs (read_device_costs) and no host
+// in the way (the bench times the GPU alone: its chains are enqueued behind a gate): us per
+// kernel, op by op and as a graph. Variants the file has no rows of are left out. Throws as
+// read_device_costs.
+struct NodeRowReplay {
+  std::string what;
+  model::IssueCost measured, modelled;
 };
-BeyondKernel read_beyond_kernel(const std::string& path);
+std::vector<NodeRowReplay> replay_node_rows(const model::Machine& machine, const std::string& path);
 
 // The dispatched norm+RoPE kernel's rate of every norm kind, dtype and head_dim that
 // `path` (a bench_kernels -o file) measured in the fused QKV view, each point's source
