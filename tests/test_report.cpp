@@ -21,6 +21,7 @@
 #include "base/error.hpp"
 #include "lib/hdf5/hdf5_file.hpp"
 #include "lib/report/model_bench.hpp"
+#include "lib/report/node_sequences.hpp"
 #include "lib/report/report.hpp"
 
 namespace fs = std::filesystem;
@@ -604,18 +605,16 @@ TEST(ModelBench, HostCostsComeFromTheFloorOpHostRows) {
 // op (streams rows) and as a graph node (graph rows): the empty kernel's, a record after work as
 // its row less the empty kernel's, the faster projection as the GEMM's least, half the write-and-
 // wait row a memory op; the host rows are not read; the NCCL and memory-op rows are optional
-// (code before db07774 has none), the others required, and an absurd figure is refused. The rows
-// printed and not replayed (read_beyond_kernel) are each less the empty kernel, 0 where absent.
+// (code before db07774 has none), the others required, and an absurd figure is refused.
 TEST(ModelBench, DeviceCostsComeFromTheGraphNodeAndFloorOpRows) {
   TempDir dir;
   std::mt19937 rng(std::random_device{}());
   std::uniform_real_distribution<double> u(1.0, 20.0);
   std::map<std::string, std::pair<double, double>> gpu;  // what -> (streams, graph)
-  const char* const beyond[] = {uipc::kEmptyKernelsRecorded, uipc::kEmptyKernelsHandshake, uipc::kEmptyKernelsMemop,
-                                uipc::kEmptyKernelsStagedScatter, uipc::kEmptyKernelsStagedScatterNoV};
-  gpu[uipc::kEmptyKernels] = {u(rng), u(rng)};
-  for (const char* w : beyond) gpu[w] = {u(rng), u(rng)};
-  for (const char* w : beyond) {
+  for (const char* w : {uipc::kEmptyKernels, uipc::kEmptyKernelsRecorded, uipc::kEmptyKernelsHandshake,
+                        uipc::kEmptyKernelsMemop})
+    gpu[w] = {u(rng), u(rng)};
+  for (const char* w : {uipc::kEmptyKernelsRecorded, uipc::kEmptyKernelsHandshake, uipc::kEmptyKernelsMemop}) {
     gpu[w].first += 25;  // a record or a handshake after a kernel costs more than none
     gpu[w].second += 25;
   }
@@ -657,27 +656,14 @@ TEST(ModelBench, DeviceCostsComeFromTheGraphNodeAndFloorOpRows) {
   expect(d.copy, at(uipc::kFloorOpCopy).first, at(uipc::kFloorOpCopy).second, "copy");
   expect(d.memop, at(uipc::kFloorOpMemop).first / 2, at(uipc::kFloorOpMemop).second / 2, "memop");
   expect(d.nccl_one_rank, at(uipc::kFloorOpNcclOneRank).first, at(uipc::kFloorOpNcclOneRank).second, "nccl");
-  const uipc::BeyondKernel k = uipc::read_beyond_kernel(dir.file("gpu.h5"));
-  const auto handshake = gpu.at(uipc::kEmptyKernelsHandshake), inline_memop = gpu.at(uipc::kEmptyKernelsMemop);
-  expect(k.handshake, handshake.first - empty.first, handshake.second - empty.second, "handshake");
-  expect(k.memop_behind_work, inline_memop.first - empty.first, inline_memop.second - empty.second, "memop behind work");
-  const auto staged = gpu.at(uipc::kEmptyKernelsStagedScatter), staged_no_v = gpu.at(uipc::kEmptyKernelsStagedScatterNoV);
-  expect(k.staged_scatter, staged.first - empty.first, staged.second - empty.second, "staged scatter");
-  expect(k.staged_scatter_no_v, staged_no_v.first - empty.first, staged_no_v.second - empty.second,
-         "staged scatter without V's interval");
   EXPECT_DOUBLE_EQ(d.nccl_one_rank_bytes, 786432.0);
   EXPECT_NE(d.source.find("abc1234"), std::string::npos) << d.source;
   // Code before the scatter's rows: those stay 0 (the machine's own), the rest is read.
-  const std::string old_file = bench("old.h5", {uipc::kFloorOpPrefix + std::string(uipc::kFloorOpMemop),
+  const uipc::model::DeviceCosts old = uipc::read_device_costs(
+      bench("old.h5", {uipc::kFloorOpPrefix + std::string(uipc::kFloorOpMemop),
                        uipc::kFloorOpPrefix + std::string(uipc::kFloorOpNcclOneRank), uipc::kEmptyKernelsHandshake,
-                       uipc::kEmptyKernelsMemop, uipc::kEmptyKernelsStagedScatter, uipc::kEmptyKernelsStagedScatterNoV});
-  const uipc::model::DeviceCosts old = uipc::read_device_costs(old_file);
-  const uipc::BeyondKernel old_k = uipc::read_beyond_kernel(old_file);
+                       uipc::kEmptyKernelsMemop}));
   expect(old.memop, 0, 0, "no memory-op row");
-  expect(old_k.handshake, 0, 0, "no handshake row");
-  expect(old_k.memop_behind_work, 0, 0, "no row of a write and wait behind a kernel");
-  expect(old_k.staged_scatter, 0, 0, "no staged scatter row");
-  expect(old_k.staged_scatter_no_v, 0, 0, "no staged scatter row without V's interval");
   expect(old.nccl_one_rank, 0, 0, "no NCCL row");
   expect(old.norm_rope, d.norm_rope.op_by_op, d.norm_rope.graph, "norm_rope of the older file");
   auto error_of = [](const std::string& path) { return input_error_of([&] { uipc::read_device_costs(path); }); };
@@ -686,6 +672,91 @@ TEST(ModelBench, DeviceCostsComeFromTheGraphNodeAndFloorOpRows) {
   gpu[uipc::kFloorOpPrefix + std::string(uipc::kFloorOpAttention)].second = 5e3;
   const std::string absurd = error_of(bench("absurd.h5", {}));
   EXPECT_NE(absurd.find("'graph: floor op: attention' gives 5000"), std::string::npos) << absurd;
+}
+
+// Every graph-node sequence is one the GPU can issue and the model can replay: each wait waits
+// on an event its kernel's steps recorded before it, each event is timed or ordering
+// throughout its variant, every name is distinct, and a chain's enqueue has a gate.
+TEST(ModelBench, NodeSequencesWaitOnlyOnWhatTheyRecorded) {
+  std::set<std::string> names;
+  for (const uipc::NodeVariant& v : uipc::node_variants()) {
+    SCOPED_TRACE(v.what);
+    EXPECT_TRUE(names.insert(v.what).second);
+    EXPECT_GE(v.chains, 1);
+    EXPECT_GE(v.trials, 1);
+    EXPECT_GE(v.gate_multiple, 1);
+    std::map<int, uipc::NodeStep::Kind> use;  // event -> how it is recorded
+    for (const auto* steps : {&v.before, &v.after})
+      for (const uipc::NodeStep& st : *steps) {
+        ASSERT_GE(st.event, 0);
+        ASSERT_LT(st.event, uipc::kNodeEvents);
+        const bool record = st.kind == uipc::NodeStep::kRecordTimed || st.kind == uipc::NodeStep::kRecordOrdering;
+        if (record) {
+          const auto [it, fresh] = use.emplace(st.event, st.kind);
+          EXPECT_EQ(it->second, st.kind) << "event " << st.event << " both timed and ordering";
+        }
+        if (st.kind == uipc::NodeStep::kWaitEvent) EXPECT_TRUE(use.count(st.event)) << "a wait on event " << st.event;
+      }
+  }
+}
+
+// The graph-node sequences replayed on a machine with a GPU's own costs: the empty kernels and
+// a record after each give back the very rows those costs were read from, an ordering record
+// costs nothing, adding steps to a sequence never makes it quicker, and a variant the file has
+// no rows of is left out.
+TEST(ModelBench, NodeSequencesReplayWithTheGpusOwnCosts) {
+  TempDir dir;
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> u(1.0, 3.0);
+  std::map<std::string, std::pair<double, double>> gpu;  // what -> (streams, graph)
+  for (const uipc::NodeVariant& v : uipc::node_variants()) gpu[v.what] = {2 + u(rng), 2 + u(rng)};
+  gpu[uipc::kEmptyKernels] = {u(rng), u(rng)};
+  for (const char* op : {uipc::kFloorOpQkProjection, uipc::kFloorOpOutProjection, uipc::kFloorOpNormRope,
+                         uipc::kFloorOpAttention, uipc::kFloorOpConversion, uipc::kFloorOpCopy, uipc::kFloorOpMemop,
+                         uipc::kFloorOpNcclOneRank})
+    gpu[uipc::kFloorOpPrefix + std::string(op)] = {u(rng), u(rng)};
+  const std::string left_out = uipc::kEmptyKernelsStagedScatterNoV;
+  BenchFileRows b;
+  for (const auto& [what, t] : gpu) {
+    if (what == left_out) continue;
+    for (const auto& [way, r] : {std::pair{uipc::kStreamRows, t.first}, std::pair{uipc::kGraphRows, t.second}}) {
+      b.section.push_back("latency");
+      b.what.push_back(std::string(way) + ": " + what);
+      b.shape.push_back("20 kernels, 20 launches");
+      b.unit.push_back("us");
+      b.rate.push_back(r);
+    }
+  }
+  const std::string path = write_bench_file(dir.file("gpu.h5"), b, "abc1234");
+  const uipc::model::Machine m =
+      uipc::model::load_machine(std::string(ULYSSES_SOURCE_DIR) + "/inputs/machines/h100-sxm.json");
+  std::map<std::string, uipc::NodeRowReplay> got;
+  for (const uipc::NodeRowReplay& r : uipc::replay_node_rows(m, path)) got.emplace(r.what, r);
+  EXPECT_EQ(got.size(), uipc::node_variants().size() - 1);
+  EXPECT_EQ(got.count(left_out), 0u);
+  auto expect_measured_back = [&](const char* what) {
+    const uipc::NodeRowReplay& r = got.at(what);
+    EXPECT_DOUBLE_EQ(r.measured.op_by_op, gpu.at(what).first) << what;
+    EXPECT_DOUBLE_EQ(r.measured.graph, gpu.at(what).second) << what;
+    EXPECT_NEAR(r.modelled.op_by_op, r.measured.op_by_op, 1e-9) << what;
+    EXPECT_NEAR(r.modelled.graph, r.measured.graph, 1e-9) << what;
+  };
+  expect_measured_back(uipc::kEmptyKernels);
+  expect_measured_back(uipc::kEmptyKernelsRecorded);
+  const uipc::NodeRowReplay& ordering = got.at("empty kernels, an ordering event recorded after each");
+  EXPECT_NEAR(ordering.modelled.op_by_op, gpu.at(uipc::kEmptyKernels).first, 1e-9);
+  EXPECT_NEAR(ordering.modelled.graph, gpu.at(uipc::kEmptyKernels).second, 1e-9);
+  const uipc::NodeRowReplay &hs = got.at(uipc::kEmptyKernelsHandshake), &st = got.at(uipc::kEmptyKernelsStagedScatter);
+  for (const auto* r : {&hs, &st}) {
+    EXPECT_GT(r->modelled.op_by_op, gpu.at(uipc::kEmptyKernels).first) << r->what;
+    EXPECT_GT(r->modelled.graph, gpu.at(uipc::kEmptyKernels).second) << r->what;
+  }
+  EXPECT_GE(st.modelled.op_by_op, hs.modelled.op_by_op);
+  EXPECT_GE(st.modelled.graph, hs.modelled.graph);
+  const uipc::NodeRowReplay &copies = got.at("1 MB copies"),
+                            &copy_hop = got.at("1 MB copies, a hop through ordering events after each");
+  EXPECT_GT(copies.modelled.graph, gpu.at(uipc::kEmptyKernels).second);  // the bytes take time too
+  EXPECT_GT(copy_hop.modelled.graph, copies.modelled.graph);
 }
 
 // The GEMM profile is read from bench_kernels' GEMM-by-shape rows only (not the projection's

@@ -21,6 +21,7 @@ ulysses_add_test(test_deck_from_config SOURCES test_deck_from_config.cpp LIBS ul
 target_compile_definitions(test_deck_from_config PRIVATE ULYSSES_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 ulysses_add_test(test_report SOURCES test_report.cpp LIBS ulysses_lib ${HDF5_C_LIBRARIES} LABELS unit)
 target_include_directories(test_report PRIVATE ${HDF5_INCLUDE_DIRS})
+target_compile_definitions(test_report PRIVATE ULYSSES_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 
 # GPU tests (ULYSSES_HAVE_CUDA): skipped with "no usable CUDA device: ..." where there
 # is no GPU; the `gpu` label lets CI leave them out. bench_kernels prints the kernel
