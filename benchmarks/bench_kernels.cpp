@@ -725,7 +725,7 @@ struct NodeTimes {
   double graph_us, stream_us, host_us;
 };
 NodeTimes graph_and_op_by_op(Device& dev, Stream& a, const std::function<void()>& issue, int chains,
-                             double gate_ms = kGateMs) {
+                             double gate_ms = kGateMs, int kernels = kGraphKernels) {
   using Clock = std::chrono::steady_clock;
   NodeTimes t{};
   auto t0 = dev.create_event(), t1 = dev.create_event();
@@ -733,10 +733,10 @@ NodeTimes graph_and_op_by_op(Device& dev, Stream& a, const std::function<void()>
   t0->record(a);
   const auto h0 = Clock::now();
   for (int l = 0; l < chains; ++l) issue();
-  t.host_us = std::chrono::duration<double, std::micro>(Clock::now() - h0).count() / (kGraphKernels * chains);
+  t.host_us = std::chrono::duration<double, std::micro>(Clock::now() - h0).count() / (kernels * chains);
   t1->record(a);
   a.synchronize();
-  t.stream_us = dev.elapsed_ms(*t0, *t1) * 1e3 / (kGraphKernels * chains);
+  t.stream_us = dev.elapsed_ms(*t0, *t1) * 1e3 / (kernels * chains);
   dev.begin_capture(a);
   issue();
   auto g = dev.end_capture(a);
@@ -747,7 +747,7 @@ NodeTimes graph_and_op_by_op(Device& dev, Stream& a, const std::function<void()>
   for (int l = 0; l < kGraphLaunches; ++l) g->launch(a, g->value_ops());
   t1->record(a);
   a.synchronize();
-  t.graph_us = dev.elapsed_ms(*t0, *t1) * 1e3 / (kGraphKernels * kGraphLaunches);
+  t.graph_us = dev.elapsed_ms(*t0, *t1) * 1e3 / (kernels * kGraphLaunches);
   return t;
 }
 
@@ -755,10 +755,10 @@ NodeTimes graph_and_op_by_op(Device& dev, Stream& a, const std::function<void()>
 // one chain's mean, which one stall of the host moves by half: two H100 hosts' output-projection
 // call measured 7.6 and 11.4 us, their GPU figures within 2% (docs/measured/2026-12-06-h100-b131772).
 NodeTimes median_node_times(Device& dev, Stream& a, const std::function<void()>& issue, int chains, int trials,
-                            double gate_ms = kGateMs) {
+                            double gate_ms = kGateMs, int kernels = kGraphKernels) {
   std::vector<double> g, s, h;
   for (int i = 0; i < trials; ++i) {
-    const NodeTimes t = graph_and_op_by_op(dev, a, issue, chains, gate_ms);
+    const NodeTimes t = graph_and_op_by_op(dev, a, issue, chains, gate_ms, kernels);
     g.push_back(t.graph_us);
     s.push_back(t.stream_us);
     h.push_back(t.host_us);
@@ -783,7 +783,7 @@ void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) 
   dev.memset(a, copy_src.get(), 0, kNodeCopyBytes);
   for (const NodeVariant& v : node_variants()) {
     // Each kernel's own events, each timed or ordering as the variant first records it.
-    std::vector<std::vector<std::unique_ptr<Event>>> ev(kGraphKernels);
+    std::vector<std::vector<std::unique_ptr<Event>>> ev(v.kernels);
     for (auto& e : ev) {
       e.resize(kNodeEvents);
       for (const auto* steps : {&v.before, &v.after})
@@ -804,7 +804,7 @@ void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) 
       }
     };
     auto issue = [&] {
-      for (int i = 0; i < kGraphKernels; ++i) {
+      for (int i = 0; i < v.kernels; ++i) {
         run(i, v.before);
         if (v.work == NodeWork::kCopy)
           dev.copy_2d(a, copy_dst.get(), kNodeCopyRow, copy_src.get(), kNodeCopyRow, kNodeCopyRow,
@@ -814,10 +814,10 @@ void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) 
         run(i, v.after);
       }
     };
-    const NodeTimes t = median_node_times(dev, a, issue, v.chains, v.trials, v.gate_multiple * kGateMs);
+    const NodeTimes t = median_node_times(dev, a, issue, v.chains, v.trials, v.gate_multiple * kGateMs, v.kernels);
     b.synchronize();
     hp->synchronize();
-    const std::string shape = std::to_string(kGraphKernels) + " kernels, " + std::to_string(kGraphLaunches) + " launches";
+    const std::string shape = std::to_string(v.kernels) + " kernels, " + std::to_string(kGraphLaunches) + " launches";
     rows.push_back({"latency", std::string(kGraphRows) + ": " + v.what, shape, t.graph_us / 1e3, t.graph_us, "us",
                     kNoBound, "GPU time per kernel in a graph"});
     rows.push_back({"latency", std::string(kStreamRows) + ": " + v.what, shape, t.stream_us / 1e3, t.stream_us, "us",

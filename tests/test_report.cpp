@@ -695,7 +695,9 @@ TEST(ModelBench, NodeSequencesWaitOnlyOnWhatTheyRecorded) {
           const auto [it, fresh] = use.emplace(st.event, st.kind);
           EXPECT_EQ(it->second, st.kind) << "event " << st.event << " both timed and ordering";
         }
-        if (st.kind == uipc::NodeStep::kWaitEvent) EXPECT_TRUE(use.count(st.event)) << "a wait on event " << st.event;
+        if (st.kind == uipc::NodeStep::kWaitEvent) {
+          EXPECT_TRUE(use.count(st.event)) << "a wait on event " << st.event;
+        }
       }
   }
 }

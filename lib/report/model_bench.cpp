@@ -255,14 +255,14 @@ model::DeviceCosts read_device_costs(const std::string& path) {
 
 namespace {
 
-// kNodeKernels empty kernels on stream 0, each with the variant's steps before and after it,
+// v.kernels empty kernels (or copies) on stream 0, each with the variant's steps before and after it,
 // as one rank's trace.
 model::RankTrace node_trace(const NodeVariant& v) {
   model::RankTrace t;
   t.streams.resize(kNodeStreams);
   t.streams[static_cast<int>(NodeStream::kCopy)].high_priority = true;
   t.prior_writes.push_back({0, 0, 1});  // the word, holding 1 before the first wait
-  for (int i = 0; i < kNodeKernels; ++i) {
+  for (int i = 0; i < v.kernels; ++i) {
     int last_record[kNodeEvents];
     std::fill(std::begin(last_record), std::end(last_record), model::kNoOp);
     auto add = [&](const std::vector<NodeStep>& steps) {
@@ -323,7 +323,7 @@ std::vector<NodeRowReplay> replay_node_rows(const model::Machine& machine, const
       const model::Timeline tl = model::simulate(traces, m, issue);
       double end = 0;
       for (const model::OpTime& o : tl.ranks[0]) end = std::max(end, o.end_ms);
-      (issue == model::Issue::kOpByOp ? modelled.op_by_op : modelled.graph) = end * 1e3 / kNodeKernels;
+      (issue == model::Issue::kOpByOp ? modelled.op_by_op : modelled.graph) = end * 1e3 / v.kernels;
     }
     out.push_back({v.what, measured, modelled});
   }

@@ -51,6 +51,7 @@ struct NodeVariant {
   // whose enqueue must stay inside the gate.
   int chains = kNodeLaunches, trials = 1, gate_multiple = 1;
   NodeWork work = NodeWork::kEmptyKernel;
+  int kernels = kNodeKernels;  // kernels a chain (a graph) holds
 };
 
 // Every graph-node variant, in the bench's order. Two timed records back to back: what a
@@ -118,7 +119,16 @@ inline const std::vector<NodeVariant>& node_variants() {
        2,
        NodeWork::kCopy},
       {"1 MB copies, a staged layer's one-rank IPC scatter after each", follow, staged(true), 1, kNodeMedianRuns, 4,
-       NodeWork::kCopy}};
+       NodeWork::kCopy},
+      // One kernel a graph, as a layer's graph holds one scatter: does a graph of twenty cost
+      // each its records as a graph of one does?
+      {"one empty kernel a graph", {}, {}, kNodeLaunches, kNodeMedianRuns, 1, NodeWork::kEmptyKernel, 1},
+      {"one empty kernel a graph, two events recorded after it", {}, {{S::kRecordTimed, a, 0}, {S::kRecordTimed, a, 1}},
+       kNodeLaunches, kNodeMedianRuns, 1, NodeWork::kEmptyKernel, 1},
+      {"one empty kernel a graph, a staged layer's one-rank IPC scatter after it", follow, staged(true), kNodeLaunches,
+       kNodeMedianRuns, 2, NodeWork::kEmptyKernel, 1},
+      {"one empty kernel a graph, the one-rank IPC handshake after it", {}, handshake, kNodeLaunches, kNodeMedianRuns, 1,
+       NodeWork::kEmptyKernel, 1}};
   return v;
 }
 
