@@ -175,6 +175,14 @@ void declare(CLI::App& app, Options& o) {
   op->add_option("reports", o.predict_reports, "--mode gpu reports with measured traced layers")
       ->required()
       ->type_name("REPORT.h5");
+  CLI::App* nd = app.add_subcommand(
+      "nodes", "A GPU's bench: its graph-node rows against the same steps replayed on the machine with that GPU's own "
+               "costs (MODELLED).");
+  nd->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
+  nd->add_option("--gpu", o.gpu_bench, "a bench_kernels -o file (its latency section's graph-node and floor-op rows)")
+      ->type_name("BENCH.h5")
+      ->required();
+  nd->add_flag("--markdown", o.markdown, "a markdown table");
   CLI::App* k = app.add_subcommand("kernel", "The modelled rate of a bf16 GEMM or attention on the machine (MODELLED).");
   k->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
   k->add_option("--gemm", o.gemms, "a GEMM M,N,K (bf16 in and out; repeatable)")->type_name("M,N,K");
@@ -187,7 +195,7 @@ Options parse(int argc, char** argv, std::string* text) {
   declare(app, o);
   *text = cli::parse(app, std::vector<std::string>(argv, argv + argc));
   if (!text->empty()) return o;
-  for (const char* name : {"calibrate", "validate", "loo", "nccl", "kernel", "predict", "ops"})
+  for (const char* name : {"calibrate", "validate", "loo", "nccl", "kernel", "predict", "ops", "nodes"})
     if (app.got_subcommand(name)) o.command = name;
   for (const std::string& v : o.pair_args) {
     const size_t eq = v.find('=');
@@ -564,6 +572,30 @@ int print_modeled_kernels(const model::Machine& m, const std::vector<std::string
 // (host_call, stream -1, not measured), host syncs left out. In a measured traced layer
 // each op sits between two extra events, so the measured layer is longer than a timed
 // one; the durations of work-bound ops are what to compare.
+// bench_kernels' graph-node sequences (lib/report/node_sequences.hpp) as `bench` measured them and
+// as the machine replays them with that GPU's own costs: the simulator's rules for records, hops
+// and memory operations against the composites the bench timed, one sequence at a time.
+int print_node_rows(const model::Machine& m, const std::string& bench, bool markdown) {
+  const std::vector<NodeRowReplay> rows = replay_node_rows(m, bench);
+  std::printf("%sgraph-node rows of %s against their replay on %s with its GPU's own costs (MODELLED): us per "
+              "kernel\n",
+              markdown ? "" : "# ", bench.c_str(), m.name.c_str());
+  if (markdown)
+    std::printf("| sequence | op by op, measured | modelled | error | graph, measured | modelled | error |\n"
+                "|---|---|---|---|---|---|---|\n");
+  auto pct = [](double modelled, double measured) { return 100.0 * (modelled - measured) / measured; };
+  for (const NodeRowReplay& n : rows) {
+    const double eo = pct(n.modelled.op_by_op, n.measured.op_by_op), eg = pct(n.modelled.graph, n.measured.graph);
+    if (markdown)
+      std::printf("| %s | %.2f | %.2f | %+.0f%% | %.2f | %.2f | %+.0f%% |\n", n.what.c_str(), n.measured.op_by_op,
+                  n.modelled.op_by_op, eo, n.measured.graph, n.modelled.graph, eg);
+    else
+      std::printf("%-96s op by op %6.2f / %6.2f (%+5.0f%%)  graph %6.2f / %6.2f (%+5.0f%%)\n", n.what.c_str(),
+                  n.measured.op_by_op, n.modelled.op_by_op, eo, n.measured.graph, n.modelled.graph, eg);
+  }
+  return 0;
+}
+
 int print_ops(const std::vector<std::string>& reports, const std::vector<std::string>& only, const model::Machine& m) {
   std::printf("# op by op: measured (events around each op, GPU) against MODELLED on %s; us\n", m.name.c_str());
   std::printf("# run rank op stream kind bytes dims measured_start measured_us modelled_start modelled_us\n");
@@ -625,6 +657,7 @@ int model_command(int argc, char** argv) {
   if (o.command == "kernel") return print_modeled_kernels(base, o.gemms, o.attentions);
   if (o.command == "predict") return model_predict(o.predict_reports, base, o.output);
   if (o.command == "ops") return print_ops(o.predict_reports, o.op_runs, base);
+  if (o.command == "nodes") return print_node_rows(base, o.gpu_bench, o.markdown);
   const std::vector<Joined> joined = join_pairs(o);
   const int jobs = o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
@@ -685,16 +718,6 @@ int model_command(int argc, char** argv) {
                   both(d.record_after_work).c_str(), both(d.memop).c_str(), both(d.nccl_one_rank).c_str(),
                   both(d.gemm).c_str(), both(d.norm_rope).c_str(), both(d.attention).c_str(), both(d.convert).c_str(),
                   both(d.copy).c_str());
-      // The bench's graph-node sequences replayed on the machine with these costs: its rules
-      // for records, hops and memory operations against the composites the bench timed.
-      for (const NodeRowReplay& n : replay_node_rows(base, bench)) {
-        auto pct = [](double modelled, double measured) { return 100.0 * (modelled - measured) / measured; };
-        std::printf("%s  %s: us per kernel, measured / modelled: op by op %.2f / %.2f (%+.0f%%), graph %.2f / %.2f "
-                    "(%+.0f%%)\n",
-                    o.markdown ? "" : "#", n.what.c_str(), n.measured.op_by_op, n.modelled.op_by_op,
-                    pct(n.modelled.op_by_op, n.measured.op_by_op), n.measured.graph, n.modelled.graph,
-                    pct(n.modelled.graph, n.measured.graph));
-      }
     }
     print_rows(rows, o.markdown, stdout);
     return 0;

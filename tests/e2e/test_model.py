@@ -670,3 +670,36 @@ def test_a_measured_run_is_modelled_as_most_of_its_timed_layers_ran(app, run, tm
         return float(row.split("|")[4].split("/")[1])
     op_by_op, replayed = modelled([0, 0, 1]), modelled([1, 1, 1])
     assert op_by_op > 1.1 * replayed, (op_by_op, replayed)
+
+
+def test_model_nodes_puts_each_bench_sequence_beside_its_replay(app):
+    """`model nodes`: a stored bench's graph-node rows (us per kernel, op by op and as a graph)
+    against the same steps replayed on the machine with that GPU's own costs. The empty kernels and
+    a record after each come back exactly (the costs are read from those rows); every other
+    sequence of the bench is printed with its measured figures as the file holds them; a file that
+    is not a bench is one clear error."""
+    bench = REPO / "docs" / "measured" / "2026-12-06-h100-efc29b6" / "bench-latency-f5f65a2-1.h5"
+    r = subprocess.run([app, "model", "nodes", "--machine", "h100-sxm", "--gpu", str(bench)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert "MODELLED" in r.stdout.splitlines()[0]
+    got = {}
+    for ln in r.stdout.splitlines()[1:]:
+        m = re.match(r"(.+?)\s+op by op\s+([\d.]+) /\s+([\d.]+) .*graph\s+([\d.]+) /\s+([\d.]+) ", ln)
+        assert m, ln
+        got[m.group(1)] = tuple(float(m.group(i)) for i in range(2, 6))
+    assert len(got) == 20, sorted(got)
+    with h5py.File(bench, "r") as f:
+        g = f["bench_kernels"]
+        rows = {str(w.decode() if isinstance(w, bytes) else w): float(x)
+                for w, x, s in zip(g.attrs["what"], g.attrs["rate"], g.attrs["section"])
+                if (s.decode() if isinstance(s, bytes) else s) == "latency"}
+    for what, (op_m, op_r, graph_m, graph_r) in got.items():
+        assert op_m == pytest.approx(rows[f"streams: {what}"], abs=0.006), what
+        assert graph_m == pytest.approx(rows[f"graph: {what}"], abs=0.006), what
+    for what in ("empty kernels", "empty kernels, an event recorded after each"):
+        op_m, op_r, graph_m, graph_r = got[what]
+        assert op_r == pytest.approx(op_m, abs=0.011) and graph_r == pytest.approx(graph_m, abs=0.011), what
+    bad = subprocess.run([app, "model", "nodes", "--gpu", str(REPO / "inputs" / "default.h5")], capture_output=True,
+                         text=True)
+    assert bad.returncode == 2 and "default.h5" in bad.stderr, bad.stderr
