@@ -143,7 +143,17 @@ inline const std::vector<NodeVariant>& node_variants() {
       {"one empty kernel a graph, a staged layer's one-rank IPC scatter after it", follow, staged(true), kNodeLaunches,
        kNodeMedianRuns, 2, NodeWork::kEmptyKernel, 1},
       {"one empty kernel a graph, the one-rank IPC handshake after it", {}, handshake, kNodeLaunches, kNodeMedianRuns, 1,
-       NodeWork::kEmptyKernel, 1}};
+       NodeWork::kEmptyKernel, 1},
+      {"one empty kernel a graph, an event recorded after it", {}, {{S::kRecordTimed, a, 0}}, kNodeLaunches,
+       kNodeMedianRuns, 1, NodeWork::kEmptyKernel, 1},
+      // Between one and twenty: how an event node's cost grows with the graph's event nodes.
+      {"two empty kernels a graph, a staged layer's one-rank IPC scatter after each", follow, staged(true), 10,
+       kNodeMedianRuns, 2, NodeWork::kEmptyKernel, 2},
+      {"five empty kernels a graph, a staged layer's one-rank IPC scatter after each", follow, staged(true), 4,
+       kNodeMedianRuns, 2, NodeWork::kEmptyKernel, 5},
+      {"five empty kernels a graph, two events recorded after each", {}, {{S::kRecordTimed, a, 0}, {S::kRecordTimed, a, 1}},
+       4, kNodeMedianRuns, 1, NodeWork::kEmptyKernel, 5},
+      {"five empty kernels a graph", {}, {}, 4, kNodeMedianRuns, 1, NodeWork::kEmptyKernel, 5}};
   return v;
 }
 
