@@ -64,3 +64,26 @@ def test_the_readme_table_is_these_files():
         for what in (f"empty kernels, {STAGED}", f"empty kernels, {HOP}", f"1 MB copies, {HOP}"):
             for way in ("graph", "streams"):
                 assert f"{r[f'{way}: {what}']:.2f}" in readme, (bench, way, what)
+
+
+def test_a_second_sequence_in_the_graph_doubles_what_each_costs():
+    """Call 3 (3c00ff4, another H100): the staged scatter costs under 13 us a sequence in a graph
+    of one, over 1.8 times that from two sequences a graph on, and within a third more again at
+    twenty; op by op the same within 0.3 us at every size. One timed record behind a kernel costs
+    under 1.5 us in a graph of one kernel and over 2 in a graph of twenty."""
+    r = bench_latency_rows(MEASURED / "bench-latency-3c00ff4.h5")
+    g = {n: r[f"graph: {n}"] for n in ("one empty kernel a graph", "five empty kernels a graph", "empty kernels")}
+    one = r["graph: one empty kernel a graph, a staged layer's one-rank IPC scatter after it"] - \
+        g["one empty kernel a graph"]
+    two = r["graph: two empty kernels a graph, a staged layer's one-rank IPC scatter after each"] - 1.1
+    five = r["graph: five empty kernels a graph, a staged layer's one-rank IPC scatter after each"] - \
+        g["five empty kernels a graph"]
+    twenty = r[f"graph: empty kernels, {STAGED}"] - g["empty kernels"]
+    assert 10 < one < 13 and two > 1.8 * one and five > two and twenty < 1.34 * two, (one, two, five, twenty)
+    streams = [r["streams: one empty kernel a graph, a staged layer's one-rank IPC scatter after it"],
+               r["streams: five empty kernels a graph, a staged layer's one-rank IPC scatter after each"],
+               r[f"streams: empty kernels, {STAGED}"]]
+    assert max(streams) - min(streams) < 0.3, streams
+    single = r["graph: one empty kernel a graph, an event recorded after it"] - g["one empty kernel a graph"]
+    in_twenty = r["graph: empty kernels, an event recorded after each"] - g["empty kernels"]
+    assert single < 1.5 < 2.0 < in_twenty, (single, in_twenty)
