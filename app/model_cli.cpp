@@ -567,11 +567,6 @@ int print_modeled_kernels(const model::Machine& m, const std::vector<std::string
   return 0;
 }
 
-// `model ops`: every op of each traced layer with its measured duration (the events the
-// GPU run put around it) beside its replay's; device ops and the host's memory calls
-// (host_call, stream -1, not measured), host syncs left out. In a measured traced layer
-// each op sits between two extra events, so the measured layer is longer than a timed
-// one; the durations of work-bound ops are what to compare.
 // bench_kernels' graph-node sequences (lib/report/node_sequences.hpp) as `bench` measured them and
 // as the machine replays them with that GPU's own costs: the simulator's rules for records, hops
 // and memory operations against the composites the bench timed, one sequence at a time.
@@ -596,6 +591,11 @@ int print_node_rows(const model::Machine& m, const std::string& bench, bool mark
   return 0;
 }
 
+// `model ops`: every op of each traced layer with its measured duration (the events the
+// GPU run put around it) beside its replay's; device ops and the host's memory calls
+// (host_call, stream -1, not measured), host syncs left out. In a measured traced layer
+// each op sits between two extra events, so the measured layer is longer than a timed
+// one; the durations of work-bound ops are what to compare.
 int print_ops(const std::vector<std::string>& reports, const std::vector<std::string>& only, const model::Machine& m) {
   std::printf("# op by op: measured (events around each op, GPU) against MODELLED on %s; us\n", m.name.c_str());
   std::printf("# run rank op stream kind bytes dims measured_start measured_us modelled_start modelled_us\n");
