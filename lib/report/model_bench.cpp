@@ -223,22 +223,19 @@ struct LatencyRows {
   model::IssueCost both(const std::string& what, bool required = true) const {
     return model::IssueCost{us(kStreamRows, what, required), us(kGraphRows, what, required)};
   }
-  // A graph-node row's time beyond the empty kernel's; 0 where an optional row is absent.
-  model::IssueCost beyond_kernel(const char* what, bool required) const {
-    const model::IssueCost empty = both(kEmptyKernels), c = both(what, required);
-    return model::IssueCost{c.op_by_op > 0 ? std::max(0.0, c.op_by_op - empty.op_by_op) : 0.0,
-                            c.graph > 0 ? std::max(0.0, c.graph - empty.graph) : 0.0};
+  // A graph-node row's time beyond the empty kernel's.
+  model::IssueCost beyond_kernel(const char* what) const {
+    const model::IssueCost empty = both(kEmptyKernels), c = both(what);
+    return model::IssueCost{std::max(0.0, c.op_by_op - empty.op_by_op), std::max(0.0, c.graph - empty.graph)};
   }
 };
 
-}  // namespace
-
-model::DeviceCosts read_device_costs(const std::string& path) {
-  const LatencyRows r{path, read_bench_rows(path)};
+// The GPU's own device costs in a bench file's latency rows (read_device_costs).
+model::DeviceCosts device_costs_of(const LatencyRows& r) {
   auto op = [&](const char* name, bool required = true) { return r.both(kFloorOpPrefix + std::string(name), required); };
   model::DeviceCosts d;
   d.empty_kernel = r.both(kEmptyKernels);
-  d.record_after_work = r.beyond_kernel(kEmptyKernelsRecorded, true);
+  d.record_after_work = r.beyond_kernel(kEmptyKernelsRecorded);
   const model::IssueCost qk = op(kFloorOpQkProjection), out = op(kFloorOpOutProjection);
   d.gemm = {std::min(qk.op_by_op, out.op_by_op), std::min(qk.graph, out.graph)};
   d.norm_rope = op(kFloorOpNormRope);
@@ -249,9 +246,13 @@ model::DeviceCosts read_device_costs(const std::string& path) {
   d.memop = {pair.op_by_op / 2, pair.graph / 2};
   d.nccl_one_rank = op(kFloorOpNcclOneRank, false);
   d.nccl_one_rank_bytes = static_cast<double>(kFloorOpNcclOneRankBytes);
-  d.source = "bench_kernels' graph-node and floor-op rows (" + path + ", code " + r.b.revision + ")";
+  d.source = "bench_kernels' graph-node and floor-op rows (" + r.path + ", code " + r.b.revision + ")";
   return d;
 }
+
+}  // namespace
+
+model::DeviceCosts read_device_costs(const std::string& path) { return device_costs_of({path, read_bench_rows(path)}); }
 
 namespace {
 
@@ -308,9 +309,9 @@ model::RankTrace node_trace(const NodeVariant& v) {
 }  // namespace
 
 std::vector<NodeRowReplay> replay_node_rows(const model::Machine& machine, const std::string& path) {
-  const LatencyRows r{path, read_bench_rows(path)};
+  const LatencyRows r{path, read_bench_rows(path)};  // one read of the file: the costs and the rows to compare
   model::Machine m = machine;
-  m.device = read_device_costs(path);
+  m.device = device_costs_of(r);
   for (auto& [name, p] : m.params)  // the bench's chains run behind a gate: the host is never in the way
     if (name.rfind("host_", 0) == 0 || name == "start_skew_us") p.value = 0;
   std::vector<NodeRowReplay> out;
