@@ -611,13 +611,9 @@ TEST(ModelBench, DeviceCostsComeFromTheGraphNodeAndFloorOpRows) {
   std::mt19937 rng(std::random_device{}());
   std::uniform_real_distribution<double> u(1.0, 20.0);
   std::map<std::string, std::pair<double, double>> gpu;  // what -> (streams, graph)
-  for (const char* w : {uipc::kEmptyKernels, uipc::kEmptyKernelsRecorded, uipc::kEmptyKernelsHandshake,
-                        uipc::kEmptyKernelsMemop})
-    gpu[w] = {u(rng), u(rng)};
-  for (const char* w : {uipc::kEmptyKernelsRecorded, uipc::kEmptyKernelsHandshake, uipc::kEmptyKernelsMemop}) {
-    gpu[w].first += 25;  // a record or a handshake after a kernel costs more than none
-    gpu[w].second += 25;
-  }
+  for (const char* w : {uipc::kEmptyKernels, uipc::kEmptyKernelsRecorded}) gpu[w] = {u(rng), u(rng)};
+  gpu[uipc::kEmptyKernelsRecorded].first += 25;  // a record after a kernel costs more than none
+  gpu[uipc::kEmptyKernelsRecorded].second += 25;
   for (const char* op : {uipc::kFloorOpQkProjection, uipc::kFloorOpOutProjection, uipc::kFloorOpNormRope,
                          uipc::kFloorOpAttention, uipc::kFloorOpConversion, uipc::kFloorOpCopy, uipc::kFloorOpMemop,
                          uipc::kFloorOpNcclOneRank})
@@ -661,8 +657,7 @@ TEST(ModelBench, DeviceCostsComeFromTheGraphNodeAndFloorOpRows) {
   // Code before the scatter's rows: those stay 0 (the machine's own), the rest is read.
   const uipc::model::DeviceCosts old = uipc::read_device_costs(
       bench("old.h5", {uipc::kFloorOpPrefix + std::string(uipc::kFloorOpMemop),
-                       uipc::kFloorOpPrefix + std::string(uipc::kFloorOpNcclOneRank), uipc::kEmptyKernelsHandshake,
-                       uipc::kEmptyKernelsMemop}));
+                       uipc::kFloorOpPrefix + std::string(uipc::kFloorOpNcclOneRank)}));
   expect(old.memop, 0, 0, "no memory-op row");
   expect(old.nccl_one_rank, 0, 0, "no NCCL row");
   expect(old.norm_rope, d.norm_rope.op_by_op, d.norm_rope.graph, "norm_rope of the older file");
