@@ -805,13 +805,14 @@ void graph_node_rows(Device& dev, Stream& a, Stream& b, std::vector<Row>& rows) 
     };
     auto issue = [&] {
       for (int i = 0; i < v.kernels; ++i) {
-        run(i, v.before);
+        const bool steps = has_steps(v, i);
+        if (steps) run(i, v.before);
         if (v.work == NodeWork::kCopy)
           dev.copy_2d(a, copy_dst.get(), kNodeCopyRow, copy_src.get(), kNodeCopyRow, kNodeCopyRow,
                       kNodeCopyBytes / kNodeCopyRow);
         else
           launch_delay(cu(a), 0.0);
-        run(i, v.after);
+        if (steps) run(i, v.after);
       }
     };
     const NodeTimes t = median_node_times(dev, a, issue, v.chains, v.trials, v.gate_multiple * kGateMs, v.kernels);

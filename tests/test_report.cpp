@@ -680,6 +680,8 @@ TEST(ModelBench, NodeSequencesWaitOnlyOnWhatTheyRecorded) {
     EXPECT_GE(v.chains, 1);
     EXPECT_GE(v.trials, 1);
     EXPECT_GE(v.gate_multiple, 1);
+    EXPECT_GE(v.every, 1);
+    EXPECT_EQ(v.kernels % v.every, 0) << "a chain ends on a kernel with steps";
     std::map<int, uipc::NodeStep::Kind> use;  // event -> how it is recorded
     for (const auto* steps : {&v.before, &v.after})
       for (const uipc::NodeStep& st : *steps) {
@@ -754,6 +756,15 @@ TEST(ModelBench, NodeSequencesReplayWithTheGpusOwnCosts) {
                             &copy_hop = got.at("1 MB copies, a hop through ordering events after each");
   EXPECT_GT(copies.modelled.graph, gpu.at(uipc::kEmptyKernels).second);  // the bytes take time too
   EXPECT_GT(copy_hop.modelled.graph, copies.modelled.graph);
+  // Steps after one kernel in forty: the scatter's cost spread over forty kernels, not one.
+  const uipc::NodeRowReplay &forty = got.at("forty empty kernels a graph"),
+                            &forty_st = got.at("forty empty kernels a graph, a staged layer's one-rank IPC scatter after the last");
+  const uipc::model::IssueCost empty{gpu.at(uipc::kEmptyKernels).first, gpu.at(uipc::kEmptyKernels).second};
+  for (const bool graph : {false, true}) {
+    EXPECT_NEAR(forty.modelled.at(graph), empty.at(graph), 1e-9);
+    const double each = st.modelled.at(graph) - empty.at(graph);  // a scatter after every kernel
+    EXPECT_NEAR(forty_st.modelled.at(graph) - empty.at(graph), each / 40, 0.05 * each / 40) << graph;
+  }
 }
 
 // The GEMM profile is read from bench_kernels' GEMM-by-shape rows only (not the projection's

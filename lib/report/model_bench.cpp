@@ -256,8 +256,8 @@ model::DeviceCosts read_device_costs(const std::string& path) { return device_co
 
 namespace {
 
-// v.kernels empty kernels (or copies) on stream 0, each with the variant's steps before and after it,
-// as one rank's trace.
+// v.kernels empty kernels (or copies) on stream 0, each (or each v.every-th: has_steps) with the
+// variant's steps before and after it, as one rank's trace.
 model::RankTrace node_trace(const NodeVariant& v) {
   model::RankTrace t;
   t.streams.resize(kNodeStreams);
@@ -290,7 +290,8 @@ model::RankTrace node_trace(const NodeVariant& v) {
         t.ops.push_back(o);
       }
     };
-    add(v.before);
+    const bool steps = has_steps(v, i);
+    if (steps) add(v.before);
     model::Op k;
     k.kind = model::OpKind::kKernel;
     k.stream = static_cast<int>(NodeStream::kCompute);
@@ -301,7 +302,7 @@ model::RankTrace node_trace(const NodeVariant& v) {
       k.dims[1] = kNodeCopyBytes / kNodeCopyRow;
     }
     t.ops.push_back(k);
-    add(v.after);
+    if (steps) add(v.after);
   }
   return t;
 }

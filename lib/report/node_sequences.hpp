@@ -52,7 +52,13 @@ struct NodeVariant {
   int chains = kNodeLaunches, trials = 1, gate_multiple = 1;
   NodeWork work = NodeWork::kEmptyKernel;
   int kernels = kNodeKernels;  // kernels a chain (a graph) holds
+  // The steps go around one kernel in `every` (the last of each `every`): as a layer's graph
+  // holds one scatter among some fifty nodes, most of them kernels.
+  int every = 1;
 };
+
+// Whether kernel i of a chain of v has v's steps before and after it.
+inline bool has_steps(const NodeVariant& v, int i) { return (i + 1) % v.every == 0; }
 
 // Every graph-node variant, in the bench's order. Two timed records back to back: what a
 // record behind a record costs (1.36 us on the H200 at 9d2ed1a, against 2.34 behind a
@@ -153,7 +159,22 @@ inline const std::vector<NodeVariant>& node_variants() {
        kNodeMedianRuns, 2, NodeWork::kEmptyKernel, 5},
       {"five empty kernels a graph, two events recorded after each", {}, {{S::kRecordTimed, a, 0}, {S::kRecordTimed, a, 1}},
        4, kNodeMedianRuns, 1, NodeWork::kEmptyKernel, 5},
-      {"five empty kernels a graph", {}, {}, 4, kNodeMedianRuns, 1, NodeWork::kEmptyKernel, 5}};
+      {"five empty kernels a graph", {}, {}, 4, kNodeMedianRuns, 1, NodeWork::kEmptyKernel, 5},
+      // Forty kernels a graph, the steps after the last only: does an event node cost what it
+      // costs in a graph of one when the graph is large but holds few events (a layer's graph:
+      // one scatter among its kernels), or what it costs among twenty of its kind?
+      {"forty empty kernels a graph", {}, {}, 2, kNodeMedianRuns, 1, NodeWork::kEmptyKernel, 40},
+      {"forty empty kernels a graph, two events recorded after the last",
+       {},
+       {{S::kRecordTimed, a, 0}, {S::kRecordTimed, a, 1}},
+       2,
+       kNodeMedianRuns,
+       1,
+       NodeWork::kEmptyKernel,
+       40,
+       40},
+      {"forty empty kernels a graph, a staged layer's one-rank IPC scatter after the last", follow, staged(true), 2,
+       kNodeMedianRuns, 2, NodeWork::kEmptyKernel, 40, 40}};
   return v;
 }
 
