@@ -1510,15 +1510,6 @@ bool lane_rows_is_pick(bool pow2_groups) {
   return kNorm == static_cast<int>(NormKind::kLayerPerHead) && sizeof(T) == 2 && !pow2_groups;
 }
 
-// Whether the flat walk over two rows a step takes rows of row_chunks 16-byte chunks and
-// head_dim: two rows at most 12 chunks a thread, the RoPE table's two rows tabulated by the
-// block's threads in two rounds.
-bool flat_pairs_serve(int row_chunks, int head_dim) {
-  return 2 * row_chunks <= 12 * kRowWarps * 32 && head_dim <= 256;
-}
-// Where the layer takes it: where it takes the lane-rows walk (lane_rows_is_pick), ahead of it
-// [to be measured: bench_kernels' rows "(vector, flat pairs, Q+K one launch)"].
-
 // batch: passes loaded at once (8 or 12; 0 picks by the head count). pipe: the
 // software-pipelined walk (two batches of `pipe` passes, the next in flight while the
 // current is computed) for per-head norms and RoPE only: 4, 6 or 8; 0 off; -1 picks.
@@ -1533,9 +1524,6 @@ void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x
   const int row_chunks = x.heads * chunks, per_thread = (row_chunks + kRowWarps * 32 - 1) / (kRowWarps * 32);
   if (pipe < 0 && batch == 0 && staged < 0 && per_thread <= 12 && flat_is_pick<T, kNorm>(pow2_groups))
     pipe = kNormRopeFlatPipe;
-  if (pipe < 0 && batch == 0 && staged < 0 && lane_rows_is_pick<T, kNorm>(pow2_groups) &&
-      flat_pairs_serve(row_chunks, x.head_dim))
-    pipe = kNormRopeFlatPairsPipe;
   if (pipe < 0 && batch == 0 && staged < 0 && lane_rows_is_pick<T, kNorm>(pow2_groups) &&
       lane_rows_serve(sizeof(T), x.head_dim, x.heads))
     pipe = kNormRopeLaneRowsPipe;
@@ -1566,7 +1554,7 @@ void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x
                         "not across-heads RMS");
     } else {
       const int pair_thread = (2 * row_chunks + kRowWarps * 32 - 1) / (kRowWarps * 32);
-      UIPC_CHECK(flat_pairs_serve(row_chunks, x.head_dim),
+      UIPC_CHECK(pair_thread <= 12 && x.head_dim <= 256,
                  "norm_rope: the paired flat walk takes two rows of at most " + std::to_string(6 * kRowWarps * 32) +
                      " 16-byte chunks each and head_dim <= 256, not rows of " + std::to_string(row_chunks) +
                      " chunks at head_dim " + std::to_string(x.head_dim));

@@ -657,8 +657,9 @@ TEST_F(CudaKernelsTest, NormRopeFlatWalk) {
         run_norm_rope_check(*this, c);
         if (HasFatalFailure()) return;
         const bool b16 = dtype_size(dt) == 2;
-        // (16-bit LayerNorm at head_dim 72: the flat walk over two rows a step.)
-        const bool want = nk == NormKind::kNone || nk == NormKind::kRmsAcrossHeads ? b16 || D == 72 : D == 72;
+        const bool want = nk == NormKind::kNone || nk == NormKind::kRmsAcrossHeads ? b16 || D == 72
+                          : nk == NormKind::kRmsPerHead                          ? D == 72
+                                                                                 : !b16 && D == 72;
         const std::string k = last_norm_rope_launch().kernel;
         EXPECT_EQ(k.find("flat") != std::string::npos, want)
             << dtype_name(dt) << " norm " << static_cast<int>(nk) << " D" << D << ": " << k;
@@ -700,19 +701,6 @@ TEST_F(CudaKernelsTest, NormRopeFlatPairsWalk) {
       EXPECT_NE(last_norm_rope_launch().kernel.find("flat pairs"), std::string::npos) << last_norm_rope_launch().kernel;
     }
   }
-  // The layer's pick (pipe -1) takes it for 16-bit LayerNorm at head_dim 72 and nowhere else.
-  for (DType dt : kAllTypes)
-    for (NormKind nk : kNormKinds)
-      for (int D : {64, 72, 128}) {
-        NormRopeCheck c{dt, D, 3072 / D, nk, true, true, false, kv, -1, 37, 2, -1};
-        c.qk = true;
-        run_norm_rope_check(*this, c);
-        if (HasFatalFailure()) return;
-        const bool want = nk == NormKind::kLayerPerHead && dtype_size(dt) == 2 && D == 72;
-        const std::string k = last_norm_rope_launch().kernel;
-        EXPECT_EQ(k.find("flat pairs") != std::string::npos, want)
-            << dtype_name(dt) << " norm " << static_cast<int>(nk) << " D" << D << ": " << k;
-      }
   auto buf = dev_->alloc(static_cast<size_t>(4) * 40 * 128 * 4);
   NormRopeParams p;
   p.rope = RopeKind::k1D;
@@ -740,9 +728,9 @@ TEST_F(CudaKernelsTest, NormRopeFlatPairsWalk) {
 // several tiles, its buffers alternating); heads of 16 chunks (head_dim 128 at 16-bit types,
 // 64 at fp32) and 8 (64 at 16-bit types: the swizzled tile), of 9 and 18 (72); LayerNorm with
 // an outlier (the mean far from the first value). Each view against the float64 reference,
-// the moved heads' target and untouched bytes too. The layer's pick takes it nowhere (16-bit
-// LayerNorm at head_dim 72, where it did, takes the flat walk over two rows a step). Across-heads
-// RMS and heads of other chunk counts are refused by name.
+// the moved heads' target and untouched bytes too. The layer's pick takes it for 16-bit
+// LayerNorm at head_dim 72 and nowhere else. Across-heads RMS and heads of other chunk counts
+// are refused by name.
 TEST_F(CudaKernelsTest, NormRopeLaneRowsWalk) {
   const NormRopeKernel kv = NormRopeKernel::kVector;
   const int lane = kNormRopeLaneRowsPipe;
@@ -774,10 +762,9 @@ TEST_F(CudaKernelsTest, NormRopeLaneRowsWalk) {
       EXPECT_NE(std::string(e.what()).find("the lane-rows walk"), std::string::npos) << e.what();
     }
   };
-  // The layer's pick (pipe -1) takes the lane-rows walk nowhere: not 16-bit LayerNorm at
-  // head_dim 72 (the flat walk over two rows a step), not fp32 LayerNorm there (flat), not RMS
-  // there (flat), not 16-bit LayerNorm at head_dim 64 or 128 (the staged or pipelined walk, by
-  // the GPU).
+  // The layer's pick (pipe -1) takes the lane-rows walk for 16-bit LayerNorm at head_dim 72
+  // (lane groups of 9) and nowhere else: not fp32 LayerNorm there (flat), not RMS there (flat),
+  // not 16-bit LayerNorm at head_dim 64 or 128 (the staged or pipelined walk, by the GPU).
   for (DType dt : kAllTypes) {
     for (NormKind nk : {NormKind::kRmsPerHead, NormKind::kLayerPerHead}) {
       for (int D : {64, 72, 128}) {
@@ -785,8 +772,9 @@ TEST_F(CudaKernelsTest, NormRopeLaneRowsWalk) {
         c.qk = D != 128;
         run_norm_rope_check(*this, c);
         if (HasFatalFailure()) return;
+        const bool want = nk == NormKind::kLayerPerHead && dtype_size(dt) == 2 && D == 72;
         const std::string k = last_norm_rope_launch().kernel;
-        EXPECT_EQ(k.find("lane rows"), std::string::npos)
+        EXPECT_EQ(k.find("lane rows") != std::string::npos, want)
             << dtype_name(dt) << " norm " << static_cast<int>(nk) << " D" << D << ": " << k;
       }
     }
