@@ -147,8 +147,7 @@ struct NormCell {
   // The lane-rows walk (a lane a head), Q and K in one launch (0: not run: across-heads RMS,
   // heads of other chunk counts).
   double qk_lane_of_bound = 0;
-  double qk_pairs_of_bound = 0;  // the flat walk over two rows a step, Q+K one launch
-  std::string lane_kernel, pairs_kernel;
+  std::string lane_kernel;
   int blocks = 0, blocks_per_sm = 0, warps_per_sm = 0, regs = 0;
   double smem_kb = 0, inflight_kb_per_sm = 0;
 };
@@ -232,35 +231,31 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       // (per-head norms and RoPE; the across-heads norm pipelines whole rows instead, or
       // walks a row a block: "block rows"), its shared-memory staged walk with batches of
       // 4 and 8, its flat walk (a block a row, chunks across head boundaries: every norm
-      // kind; in two launches and with Q and K in one; and over two rows a step, per-head
-      // norms and RoPE, Q and K in one launch), its lane-rows walk (a lane a head:
+      // kind; in two launches and with Q and K in one), its lane-rows walk (a lane a head:
       // per-head norms and RoPE; in two launches and in one), the general kernel, and the
       // pick with Q and K in one launch; and the two walks 16-bit LayerNorm chooses between
       // (pipelined 4, staged 4) with Q and K in one launch, as the layer would run either.
-      constexpr int kVariants = 19;
+      constexpr int kVariants = 18;
       double ms_kernel[kVariants] = {};
       const NormRopeKernel kVec = NormRopeKernel::kVector;
-      const NormRopeKernel which[kVariants] = {kVec, NormRopeKernel::kGeneral, kVec, kVec, kVec, kVec, kVec,
-                                               kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec};
-      const int kFlat = kNormRopeFlatPipe, kPairs = kNormRopeFlatPairsPipe, kLane = kNormRopeLaneRowsPipe;
-      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8, -1, -1, 12, 16, kLane, kLane, kFlat, kFlat, kPairs, 4, 0, -1};
-      const int staged[kVariants] = {-1, -1, 0, 0, 0, 0, 0, 4, 8, 0, 0, 0, 0, 0, 0, 0, 0, 4, -1};
+      const NormRopeKernel which[kVariants] = {kVec, NormRopeKernel::kGeneral, kVec, kVec, kVec, kVec, kVec, kVec, kVec,
+                                               kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec};
+      const int kFlat = kNormRopeFlatPipe, kLane = kNormRopeLaneRowsPipe;
+      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8, -1, -1, 12, 16, kLane, kLane, kFlat, kFlat, 4, 0, -1};
+      const int staged[kVariants] = {-1, -1, 0, 0, 0, 0, 0, 4, 8, 0, 0, 0, 0, 0, 0, 0, 4, -1};
       // Q and K in one launch (launch_norm_rope_qk); the last: the layer's pick so.
-      const bool one_launch[kVariants] = {false, false, false, false, false, false, false, false, false, false,
-                                          false, false, true,  false, true,  true,  true,  true,  true};
-      // Rows with Q and K in one launch: the lane-rows walk, the flat walk, the flat walk over two
-      // rows a step, pipelined 4 and staged 4 (16-bit LayerNorm's pair), and the layer's pick.
-      constexpr int kLaneQk = 12, kFlatQk = 14, kPairsQk = 15, kPipe4Qk = 16, kStaged4Qk = 17, kQk = kVariants - 1;
+      const bool one_launch[kVariants] = {false, false, false, false, false, false, false, false, false,
+                                          false, false, false, true,  false, true,  true,  true,  true};
+      constexpr int kQk = kVariants - 1, kLaneQk = 12;  // kLaneQk: " (vector, lane rows, Q+K one launch)"
       const char* variant[kVariants] = {"", " (general kernel)", " (vector, 8 passes)", " (vector, 12 passes)",
                                         " (vector, pipelined 4)", " (vector, pipelined 6)", " (vector, pipelined 8)",
                                         " (vector, staged 4)", " (vector, staged 8)", " (vector, pipelined rows)",
                                         " (vector, block rows)", " (vector, lane rows)",
                                         " (vector, lane rows, Q+K one launch)", " (vector, flat)",
-                                        " (vector, flat, Q+K one launch)", " (vector, flat pairs, Q+K one launch)",
-                                        " (vector, pipelined 4, Q+K one launch)", " (vector, staged 4, Q+K one launch)",
-                                        kNormRopeQkRowSuffix};
-      std::string flat_kernel, pairs_kernel, lane_kernel;  // the flat and lane-rows walks' launches, for their rows' notes
+                                        " (vector, flat, Q+K one launch)", " (vector, pipelined 4, Q+K one launch)",
+                                        " (vector, staged 4, Q+K one launch)", kNormRopeQkRowSuffix};
+      std::string flat_kernel, lane_kernel;  // the flat and lane-rows walks' launches, for their rows' notes
       NormRopeLaunchInfo qk_info;
       NormRopeLaunchInfo info;
       for (int w = 0; w < kVariants; ++w) {
@@ -269,8 +264,6 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
         const bool across = kinds[ki] == NormKind::kRmsAcrossHeads;
         const int G = std::min(32, sh.D * static_cast<int>(es) / 16), passes = (sh.H + 32 / G - 1) / (32 / G);
         if (pipe[w] > 0 && pipe[w] != kFlat && across != (pipe[w] == 12 || pipe[w] == 16)) continue;
-        // The paired flat walk where two rows fit it (per-head norms and RoPE: skipped above).
-        if (pipe[w] == kPairs && (2 * sh.H * sh.D * static_cast<int>(es) / 16 > 12 * 128 || sh.D > 256)) continue;
         if (pipe[w] == 12 && passes > 12) continue;
         if (pipe[w] == 16 && passes > 48) continue;
         // The lane-rows walk where it serves the shape (across heads: skipped above).
@@ -278,7 +271,7 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
         // The one-launch pair of the 16-bit LayerNorm pick: only where the staged walk is
         // a candidate (16-bit types, power-of-two lane groups; a row too long for it is
         // refused by the launcher, as for the staged rows above).
-        if ((w == kPipe4Qk || w == kStaged4Qk) && (kinds[ki] != NormKind::kLayerPerHead || es != 2 || (G & (G - 1)) != 0))
+        if ((w == kQk - 2 || w == kQk - 1) && (kinds[ki] != NormKind::kLayerPerHead || es != 2 || (G & (G - 1)) != 0))
           continue;
         auto run = [&] {
           if (one_launch[w]) {
@@ -290,9 +283,9 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
         ms_kernel[w] = time_ms(dev, s, 3, 20, run);
         if (w == 0) info = last_norm_rope_launch();
         if (w == kQk) qk_info = last_norm_rope_launch();
-        if (pipe[w] == kFlat || pipe[w] == kPairs || pipe[w] == kLane) {
+        if (pipe[w] == kFlat || pipe[w] == kLane) {
           const NormRopeLaunchInfo fi = last_norm_rope_launch();
-          (pipe[w] == kFlat ? flat_kernel : pipe[w] == kPairs ? pairs_kernel : lane_kernel) =
+          (pipe[w] == kFlat ? flat_kernel : lane_kernel) =
               fi.kernel + " (" + std::to_string(fi.regs) + " registers, " + std::to_string(fi.blocks_per_sm) +
               " blocks a multiprocessor, " + std::to_string(fi.smem / 1024) + " KB shared a block)";
         }
@@ -305,7 +298,6 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
                         w == 0     ? "Q and K, bytes = read+write; the layer's pick: " + info.kernel
                         : w == kQk           ? "Q and K, bytes = read+write; " + qk_info.kernel
                         : pipe[w] == kFlat   ? "Q and K, bytes = read+write; " + flat_kernel
-                        : pipe[w] == kPairs  ? "Q and K, bytes = read+write; " + pairs_kernel
                         : pipe[w] == kLane   ? "Q and K, bytes = read+write; " + lane_kernel
                                              : "Q and K, bytes = read+write"});
       }
@@ -326,13 +318,11 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       c.qk_ms = ms_kernel[kQk];
       c.qk_of_bound = bytes / c.qk_ms * 1e-9 / bound_tbs;
       c.qk_kernel = qk_info.kernel;
-      if (ms_kernel[kPipe4Qk] > 0) c.qk_pipe4_of_bound = bytes / ms_kernel[kPipe4Qk] * 1e-9 / bound_tbs;
-      if (ms_kernel[kStaged4Qk] > 0) c.qk_staged4_of_bound = bytes / ms_kernel[kStaged4Qk] * 1e-9 / bound_tbs;
-      if (ms_kernel[kFlatQk] > 0) c.qk_flat_of_bound = bytes / ms_kernel[kFlatQk] * 1e-9 / bound_tbs;
-      if (ms_kernel[kPairsQk] > 0) c.qk_pairs_of_bound = bytes / ms_kernel[kPairsQk] * 1e-9 / bound_tbs;
+      if (ms_kernel[kQk - 2] > 0) c.qk_pipe4_of_bound = bytes / ms_kernel[kQk - 2] * 1e-9 / bound_tbs;
+      if (ms_kernel[kQk - 1] > 0) c.qk_staged4_of_bound = bytes / ms_kernel[kQk - 1] * 1e-9 / bound_tbs;
+      if (ms_kernel[kQk - 3] > 0) c.qk_flat_of_bound = bytes / ms_kernel[kQk - 3] * 1e-9 / bound_tbs;
       if (ms_kernel[kLaneQk] > 0) c.qk_lane_of_bound = bytes / ms_kernel[kLaneQk] * 1e-9 / bound_tbs;
       c.lane_kernel = lane_kernel;
-      c.pairs_kernel = pairs_kernel;
       c.of_stream = stream_ms / c.ms;
       c.rope_only_ms = rope_only_ms;
       c.bytes = bytes;
@@ -392,16 +382,15 @@ void print_norm_table(const std::vector<NormCell>& cells, double bound_tbs, int6
       std::printf("%4d | %-4s | %-8s | %-27s | %6s | %11s | %8s | %6s\n", c.D, c.dtype.c_str(), c.layout.c_str(),
                   c.qk_kernel.c_str(), pct(c.qk_of_bound).c_str(), pct(c.qk_pipe4_of_bound).c_str(),
                   pct(c.qk_staged4_of_bound).c_str(), pct(c.qk_flat_of_bound).c_str());
-  std::printf("\nThe lane-rows walk (a lane a head) and the flat walk over one row and two a step, Q and K in one "
-              "launch, %% of the copy bound, against the pick (per-head norms and RoPE only)\n");
-  std::printf("%-16s | %4s | %-4s | %-8s | %-27s | %6s | %9s | %6s | %10s | %s\n", "kind", "D", "type", "layout", "pick",
-              "pick", "lane rows", "flat", "flat pairs", "lane-rows launch; flat pairs launch");
+  std::printf("\nThe lane-rows walk (a lane a head), Q and K in one launch, %% of the copy bound, against the pick "
+              "(per-head norms and RoPE only)\n");
+  std::printf("%-16s | %4s | %-4s | %-8s | %-27s | %6s | %9s | %s\n", "kind", "D", "type", "layout", "pick", "pick",
+              "lane rows", "lane-rows launch");
   for (const auto& c : cells)
-    if (c.qk_lane_of_bound > 0 || c.qk_pairs_of_bound > 0)
-      std::printf("%-16s | %4d | %-4s | %-8s | %-27s | %6s | %9s | %6s | %10s | %s; %s\n", c.kind.c_str(), c.D,
-                  c.dtype.c_str(), c.layout.c_str(), c.qk_kernel.c_str(), pct(c.qk_of_bound).c_str(),
-                  pct(c.qk_lane_of_bound).c_str(), pct(c.qk_flat_of_bound).c_str(), pct(c.qk_pairs_of_bound).c_str(),
-                  c.lane_kernel.c_str(), c.pairs_kernel.c_str());
+    if (c.qk_lane_of_bound > 0)
+      std::printf("%-16s | %4d | %-4s | %-8s | %-27s | %6s | %9s | %s\n", c.kind.c_str(), c.D, c.dtype.c_str(),
+                  c.layout.c_str(), c.qk_kernel.c_str(), pct(c.qk_of_bound).c_str(), pct(c.qk_lane_of_bound).c_str(),
+                  c.lane_kernel.c_str());
 }
 
 // --- GEMM: the fused QKV projection at Ulysses2 FLUX 2048 (M8448), whole and split the

@@ -29,9 +29,6 @@ namespace uipc {
 // sums through shared memory; every norm kind, rows of at most 1536 chunks); the
 // launcher's pick where bench_kernels measured it ahead (flat_is_pick in cuda_kernels.cu;
 // rows "(vector, flat)").
-// `pipe` kNormRopeFlatPairsPipe: the flat walk over two consecutive rows a step, as one row of
-// twice the heads (per-head norms and RoPE only; two rows of at most 768 chunks each, head_dim
-// <= 256); rows "(vector, flat pairs, Q+K one launch)".
 // `pipe` kNormRopeLaneRowsPipe: the vector kernel's lane-rows walk (a lane a head: tiles of
 // 128 head rows through shared memory, each thread normalising one head row whole; per-head
 // norms and RoPE, heads of 8, 9 or 16 chunks at 16-bit types, 16 or 18 at fp32); the
@@ -39,7 +36,6 @@ namespace uipc {
 // rows "(vector, lane rows)".
 enum class NormRopeKernel { kAuto, kVector, kGeneral };
 inline constexpr int kNormRopeFlatPipe = 32;
-inline constexpr int kNormRopeFlatPairsPipe = 33;
 inline constexpr int kNormRopeLaneRowsPipe = 48;
 // Whether the lane-rows walk (pipe kNormRopeLaneRowsPipe) serves heads of this head_dim and dtype,
 // `heads` a row: the launcher refuses it elsewhere.

@@ -379,9 +379,7 @@ __device__ __forceinline__ void load_f32x(const float* __restrict__ src, float* 
 // kLaneRows (per-head norms and RoPE only): a lane a head. Tiles of 128 head rows copied
 // into shared memory, thread t taking head row t whole: its statistics summed in the
 // thread, no shuffles and no idle lane whatever a head's chunk count (see lane_rows).
-// kFlatPairs (per-head norms and RoPE): the flat walk over two consecutive rows a step, as one
-// row of twice the heads (flat_rows).
-enum Walk : int { kPlain = 0, kPipelined = 1, kStaged = 2, kBlockRows = 3, kFlat = 4, kLaneRows = 5, kFlatPairs = 6 };
+enum Walk : int { kPlain = 0, kPipelined = 1, kStaged = 2, kBlockRows = 3, kFlat = 4, kLaneRows = 5 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -880,13 +878,6 @@ __device__ __forceinline__ void norm_rope_rows(const RowSets<T>& sets, int64_t r
 // by every chunk; the per-head norms' weights are copied there once. The next row loads
 // into registers while this one is reduced and stored (walk_two_buffers): rows of at most
 // 128 kNB chunks.
-//
-// kPair (kFlatPairs; per-head norms and RoPE only): a step takes rows 2s and 2s + 1 as one row
-// of twice the heads (its heads 0 .. H - 1 the first row's, H .. 2H - 1 the second's), with a
-// RoPE table for each. What a row costs once (its barriers, its table, the per-head sums'
-// loop, the loop and address work) is paid once for both, and a thread carries twice the
-// chunks: 16-bit rows at 3 chunks a thread and 8 blocks a multiprocessor become 6 and 4, as
-// fp32 rows are.
 
 // The flat walk's dynamic shared memory, in floats (every part 16-byte aligned): the
 // per-head norms' weights (gamma; beta for LayerNorm), the RoPE table (the row's D/2 cos,
@@ -900,9 +891,7 @@ __host__ __device__ inline int round_up4(int n) { return (n + 3) & ~3; }
 __host__ __device__ constexpr bool flat_one_pass(int norm, int elem_bytes) {
   return norm == static_cast<int>(NormKind::kLayerPerHead) && elem_bytes == 2;
 }
-// heads and row_chunks: a step's (kPair: two rows').
-__host__ __device__ inline FlatSmem flat_smem(int D, int heads, int row_chunks, int norm, int elem_bytes,
-                                              int rows_a_step = 1) {
+__host__ __device__ inline FlatSmem flat_smem(int D, int heads, int row_chunks, int norm, int elem_bytes) {
   const bool layer = norm == static_cast<int>(NormKind::kLayerPerHead);
   const bool per_head = layer || norm == static_cast<int>(NormKind::kRmsPerHead);
   const int sums = flat_one_pass(norm, elem_bytes) ? 3 : 1;  // values a chunk partial and a head sum carry
@@ -910,7 +899,7 @@ __host__ __device__ inline FlatSmem flat_smem(int D, int heads, int row_chunks, 
   m.g = 0;
   m.b = m.g + (per_head ? round_up4(D) : 0);
   m.tab = m.b + (layer ? round_up4(D) : 0);
-  m.part = m.tab + 2 * rows_a_step * round_up4(D);
+  m.part = m.tab + 2 * round_up4(D);
   m.hs = m.part + (per_head ? sums * round_up4(row_chunks) : 0);
   m.floats = m.hs + (per_head ? sums * round_up4(heads) : 0);
   return m;
@@ -935,13 +924,12 @@ __device__ __forceinline__ void load_shared_f32(const float* src, float (&dst)[k
   }
 }
 
-template <typename T, int kNorm, int kNB, bool kPair = false>
+template <typename T, int kNorm, int kNB>
 __device__ __forceinline__ void flat_rows(const BlockView<T>& bv, int64_t rows, int heads, int rope, float eps,
                                           float theta) {
   using V = Vec<T>;
-  constexpr int kVE = V::kVE, kPairs = kVE / 2, kNT = kRowWarps * 32, kRows = kPair ? 2 : 1;
+  constexpr int kVE = V::kVE, kPairs = kVE / 2, kNT = kRowWarps * 32;
   constexpr bool across = kNorm == static_cast<int>(NormKind::kRmsAcrossHeads);
-  static_assert(!(kPair && across), "the paired flat walk is per head");
   constexpr bool layer = kNorm == static_cast<int>(NormKind::kLayerPerHead);
   constexpr bool per_head = layer || kNorm == static_cast<int>(NormKind::kRmsPerHead);
   extern __shared__ uint4 flat_mem[];
@@ -951,48 +939,43 @@ __device__ __forceinline__ void flat_rows(const BlockView<T>& bv, int64_t rows, 
   const RowPlace& pl = bv.pl;
   const float* __restrict__ gamma = bv.gamma;
   const int t = threadIdx.x;
-  const int D = pl.head_dim, half = D / 2, cph = D / kVE;
-  const int vheads = kRows * heads, row_chunks = vheads * cph;  // a step's heads and chunks
-  const FlatSmem lay = flat_smem(D, vheads, row_chunks, kNorm, sizeof(T), kRows);
+  const int D = pl.head_dim, half = D / 2, cph = D / kVE, row_chunks = heads * cph;
+  const FlatSmem lay = flat_smem(D, heads, row_chunks, kNorm, sizeof(T));
   if constexpr (per_head) {
     for (int i = t; i < D; i += kNT) {
       sm[lay.g + i] = gamma[i];
       if constexpr (layer) sm[lay.b + i] = bv.beta[i];
     }
   }
-  // The RoPE frequencies this thread tabulates each step: entries t and t + 128 of the step's
-  // kRows x D/2 (pair i % (D/2) of row i / (D/2); head_dim <= 512, paired <= 256).
+  // The RoPE frequencies this thread tabulates each row: pairs t and t + 128 (head_dim <=
+  // 512).
   float th[2];
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
-    const int i = t + kNT * k, pr = i % half;
-    th[k] = rope && i < kRows * half ? powf(theta, -(2.0f * static_cast<float>(pr)) / static_cast<float>(D)) : 0.0f;
+    const int i = t + kNT * k;
+    th[k] = rope && i < half ? powf(theta, -(2.0f * static_cast<float>(i)) / static_cast<float>(D)) : 0.0f;
   }
-  // This thread's chunks: their head in the step (vheads or more: past its end), their chunk
-  // within it, and (kPair) their row of the step and head within that row.
-  int hd[kNB], wc[kNB], rw[kNB], hh[kNB];
+  // This thread's chunks: their head (heads or more: past the row's end) and their chunk
+  // within it.
+  int hd[kNB], wc[kNB];
 #pragma unroll
   for (int p = 0; p < kNB; ++p) {
     const int c = t + kNT * p;
     hd[p] = c / cph;
     wc[p] = c - hd[p] * cph;
-    rw[p] = kPair && hd[p] >= heads ? 1 : 0;
-    hh[p] = hd[p] - rw[p] * heads;
   }
-  auto has = [&](int p) { return hd[p] < vheads; };
-  const int64_t steps = (rows + kRows - 1) / kRows;
+  auto has = [&](int p) { return hd[p] < heads; };
   __syncthreads();  // the weights
   const float inv_d = 1.0f / static_cast<float>(D);
   const float inv_n = 1.0f / (static_cast<float>(heads) * static_cast<float>(D));
 
-  auto load_item = [&](int64_t st, V (&v)[kNB]) {
-    if (st >= steps) return;
+  auto load_item = [&](int64_t rr, V (&v)[kNB]) {
+    if (rr >= rows) return;
+    const uint4* xr = reinterpret_cast<const uint4*>(data + rr * pl.row_pitch);
 #pragma unroll
     for (int p = 0; p < kNB; ++p) {
       v[p].raw = make_uint4(0, 0, 0, 0);
-      const int64_t rr = st * kRows + rw[p];
-      if (has(p) && rr < rows)
-        v[p].raw = __ldg(reinterpret_cast<const uint4*>(data + rr * pl.row_pitch) + t + kNT * p - rw[p] * (row_chunks / kRows));
+      if (has(p)) v[p].raw = __ldg(xr + t + kNT * p);
     }
   };
   // s[p] (chunk p's partial) becomes the sum over chunk p's head. Each head's thread
@@ -1005,7 +988,7 @@ __device__ __forceinline__ void flat_rows(const BlockView<T>& bv, int64_t rows, 
     for (int p = 0; p < kNB; ++p)
       if (has(p)) part[t + kNT * p] = s[p];
     __syncthreads();
-    for (int h = t; h < vheads; h += kNT) {
+    for (int h = t; h < heads; h += kNT) {
       const float* q = part + h * cph;
       int k = h % cph;
       float a = 0.0f;
@@ -1030,7 +1013,7 @@ __device__ __forceinline__ void flat_rows(const BlockView<T>& bv, int64_t rows, 
   auto head_stats = [&](const V (&v)[kNB], float (&mu)[kNB], float (&rinv)[kNB]) {
     float* const part = sm + lay.part;  // [S1 | S2 | c] of the row's chunks
     float* const hs = sm + lay.hs;      // [sum(x - c) | sum(x - c)^2 | c] of its heads
-    const int pc = round_up4(row_chunks), ph = round_up4(vheads);
+    const int pc = round_up4(row_chunks), ph = round_up4(heads);
 #pragma unroll
     for (int p = 0; p < kNB; ++p) {
       if (!has(p)) continue;
@@ -1042,7 +1025,7 @@ __device__ __forceinline__ void flat_rows(const BlockView<T>& bv, int64_t rows, 
     }
     __syncthreads();
     const float n = static_cast<float>(kVE);
-    for (int h = t; h < vheads; h += kNT) {
+    for (int h = t; h < heads; h += kNT) {
       const int q = h * cph;
       const float c = part[2 * pc + q];
       int k = h % cph;  // as head_sums: the head threads of a warp start on different banks
@@ -1064,17 +1047,16 @@ __device__ __forceinline__ void flat_rows(const BlockView<T>& bv, int64_t rows, 
       rinv[p] = rsqrtf(fmaxf(hs[ph + hd[p]] * inv_d - m1 * m1, 0.0f) + eps);
     }
   };
-  auto do_row = [&](int64_t st, V (&v)[kNB], int parity) {
-    const int64_t r0 = st * kRows;
-    float* const tab = sm + lay.tab + parity * kRows * D;  // each row's cos (pairs 0 .. half - 1), then sin
+  auto do_row = [&](int64_t rr, V (&v)[kNB], int parity) {
+    T* const x = data + rr * pl.row_pitch;
+    T* const out_row = out_row_of(bv.out, pl, rr);
+    float* const tab = sm + lay.tab + parity * D;  // this row's cos (pairs 0 .. half - 1), then sin
     if (rope) {
+      const float pos = static_cast<float>(bv.pos_offset + rr % pl.tokens_per_batch);
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
-        const int i = t + kNT * k, r = i / half, pr = i - r * half;
-        if (i < kRows * half) {
-          const float pos = static_cast<float>(bv.pos_offset + (r0 + r) % pl.tokens_per_batch);
-          sincosf(pos * th[k], &tab[r * D + half + pr], &tab[r * D + pr]);
-        }
+        const int i = t + kNT * k;
+        if (i < half) sincosf(pos * th[k], &tab[half + i], &tab[i]);
       }
     }
     float mu[kNB], rinv[kNB];
@@ -1116,25 +1098,22 @@ __device__ __forceinline__ void flat_rows(const BlockView<T>& bv, int64_t rows, 
     }
 #pragma unroll
     for (int p = 0; p < kNB; ++p) {
-      const int64_t rr = r0 + rw[p];
-      if (!has(p) || rr >= rows) continue;
+      if (!has(p)) continue;
       const int e0 = wc[p] * kVE;
-      const float* const rt = tab + rw[p] * D;
       float g[kVE] = {}, b[kVE] = {}, cs[kPairs] = {}, sn[kPairs] = {};
       if constexpr (across) load_f32x(gamma + static_cast<int64_t>(t + kNT * p) * kVE, g, kVE);
       if constexpr (per_head) load_shared_f32(sm + lay.g + e0, g);
       if constexpr (layer) load_shared_f32(sm + lay.b + e0, b);
       if (rope) {
-        load_shared_f32(rt + wc[p] * kPairs, cs);
-        load_shared_f32(rt + half + wc[p] * kPairs, sn);
+        load_shared_f32(tab + wc[p] * kPairs, cs);
+        load_shared_f32(tab + half + wc[p] * kPairs, sn);
       }
       finish_chunk<T, kNorm>(v[p], g, b, mu[p], rinv[p], rope, cs, sn);
-      *reinterpret_cast<uint4*>(head_dst(data + rr * pl.row_pitch, out_row_of(bv.out, pl, rr), pl, hh[p]) + e0) =
-          v[p].raw;
+      *reinterpret_cast<uint4*>(head_dst(x, out_row, pl, hd[p]) + e0) = v[p].raw;
     }
   };
   V a[kNB], b[kNB];
-  walk_two_buffers(bv.block, bv.grid, steps, a, b, load_item, do_row);
+  walk_two_buffers(bv.block, bv.grid, rows, a, b, load_item, do_row);
 }
 
 // --- the lane-rows walk (kLaneRows): a lane a head.
@@ -1326,10 +1305,10 @@ __global__ void __launch_bounds__(kRowWarps * 32, lane_min_blocks(kCPH))
 // multiprocessor either way.
 constexpr int flat_min_blocks(int nb) { return nb <= 3 ? 8 : nb <= 6 ? 4 : 2; }
 
-template <typename T, int kNorm, int kNB, bool kPair = false>
+template <typename T, int kNorm, int kNB>
 __global__ void __launch_bounds__(kRowWarps * 32, flat_min_blocks(kNB))
     norm_rope_flat_kernel(const RowSets<T> sets, int64_t rows, int heads, int /*G*/, int rope, float eps, float theta) {
-  flat_rows<T, kNorm, kNB, kPair>(block_view(sets), rows, heads, rope, eps, theta);
+  flat_rows<T, kNorm, kNB>(block_view(sets), rows, heads, rope, eps, theta);
 }
 
 template <typename T, int kNorm, int kCPL, int kNB, int kWalk>
@@ -1358,7 +1337,6 @@ __global__ void __launch_bounds__(kRowWarps * 32, 5) norm_rope_rows_5_kernel(con
 template <typename T, int kNorm, int kCPL, int kNB, int kWalk>
 constexpr auto rows_kernel() {
   if constexpr (kWalk == kFlat) return norm_rope_flat_kernel<T, kNorm, kNB>;
-  else if constexpr (kWalk == kFlatPairs) return norm_rope_flat_kernel<T, kNorm, kNB, true>;
   else if constexpr (kWalk == kLaneRows) return norm_rope_lane_kernel<T, kNorm, kCPL>;
   else if constexpr (kWalk == kPipelined && kNB == 4 && std::is_same_v<T, __half> &&
                      kNorm == static_cast<int>(NormKind::kLayerPerHead))
@@ -1392,11 +1370,9 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
   auto* kernel = rows_kernel<T, kNorm, kCPL, kNB, kWalk>();
   // The staged walk's two row buffers per warp; the flat walk's tables and sums; the
   // lane-rows walk's two tiles and tables.
-  const int row_chunks = x.heads * (x.head_dim / Vec<T>::kVE), pair = kWalk == kFlatPairs ? 2 : 1;
+  const int row_chunks = x.heads * (x.head_dim / Vec<T>::kVE);
   const size_t smem = kWalk == kStaged ? size_t(2) * kRowWarps * x.heads * x.head_dim * sizeof(T)
-                      : kWalk == kFlat || kWalk == kFlatPairs
-                          ? sizeof(float) *
-                                flat_smem(x.head_dim, pair * x.heads, pair * row_chunks, kNorm, sizeof(T), pair).floats
+                      : kWalk == kFlat ? sizeof(float) * flat_smem(x.head_dim, x.heads, row_chunks, kNorm, sizeof(T)).floats
                       : kWalk == kLaneRows ? static_cast<size_t>(lane_smem(x.head_dim, x.heads, sizeof(T)).bytes)
                                            : 0;
   // As many blocks as stay resident at once (asked once per kernel and shared-memory
@@ -1422,10 +1398,9 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
   // walks take a block a row, the lane-rows walk a block a tile of 128 head rows, the others
   // a warp a row.
   const bool block_a_row = kWalk == kBlockRows || kWalk == kFlat;
-  const int64_t want = sets.n * (kWalk == kLaneRows    ? (rows * x.heads + kLaneTile - 1) / kLaneTile
-                                 : kWalk == kFlatPairs ? (rows + 1) / 2
-                                 : block_a_row         ? rows
-                                                       : (rows + kRowWarps - 1) / kRowWarps);
+  const int64_t want = sets.n * (kWalk == kLaneRows ? (rows * x.heads + kLaneTile - 1) / kLaneTile
+                                 : block_a_row      ? rows
+                                                    : (rows + kRowWarps - 1) / kRowWarps);
   const unsigned blocks = static_cast<unsigned>(std::max<int64_t>(sets.n, std::min<int64_t>(want, resident)));
   kernel<<<blocks, kRowWarps * 32, smem, s>>>(sets, rows, x.heads, G, static_cast<int>(p.rope), p.eps, p.rope_theta);
   // Bytes in flight per warp: the staged walk's next row; a register walk's batch of
@@ -1435,17 +1410,15 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
   const size_t batch_bytes = static_cast<size_t>(std::min(passes, kNB)) * hpw * G * kCPL * 16;
   // (The block walk: a warp's share of a row, kNB passes; the flat walk: a quarter of a
   // row.)
-  const size_t flat_bytes =
-      std::min(pair * row_bytes, static_cast<size_t>(kNB) * kRowWarps * 32 * 16) / kRowWarps;
+  const size_t flat_bytes = std::min(row_bytes, static_cast<size_t>(kNB) * kRowWarps * 32 * 16) / kRowWarps;
   // (The lane-rows walk: a warp's share of the next tile.)
   const size_t lane_bytes = static_cast<size_t>(kLaneTile) * x.head_dim * sizeof(T) / kRowWarps;
   last_launch = {std::string(name) + (sets.n == 2 ? ", Q+K one launch" : ""), static_cast<int>(blocks), kRowWarps * 32,
                  per_sm, regs, smem,
-                 kWalk == kLaneRows    ? lane_bytes
-                 : kWalk == kFlatPairs ? flat_bytes
-                                       : std::min(row_bytes, kWalk == kStaged ? row_bytes
-                                                             : kWalk == kFlat ? flat_bytes
-                                                                              : batch_bytes)};
+                 kWalk == kLaneRows ? lane_bytes
+                                    : std::min(row_bytes, kWalk == kStaged ? row_bytes
+                                                          : kWalk == kFlat ? flat_bytes
+                                                                           : batch_bytes)};
 }
 
 // Whether the staged walk's buffers (two rows per warp) fit a block's shared memory.
@@ -1545,21 +1518,6 @@ void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x
         if (chunks == 16) norm_rope_rows_launch<T, kNorm, 16, 1, kLaneRows>(s, sets, x, p, G, "lane rows");
         else norm_rope_rows_launch<T, kNorm, 18, 1, kLaneRows>(s, sets, x, p, G, "lane rows");
       }
-    }
-    return;
-  }
-  if (pipe == kNormRopeFlatPairsPipe) {
-    if constexpr (kNorm == static_cast<int>(NormKind::kRmsAcrossHeads)) {
-      UIPC_CHECK(false, "norm_rope: the paired flat walk normalises each head alone: per-head norms and RoPE only, "
-                        "not across-heads RMS");
-    } else {
-      const int pair_thread = (2 * row_chunks + kRowWarps * 32 - 1) / (kRowWarps * 32);
-      UIPC_CHECK(pair_thread <= 12 && x.head_dim <= 256,
-                 "norm_rope: the paired flat walk takes two rows of at most " + std::to_string(6 * kRowWarps * 32) +
-                     " 16-byte chunks each and head_dim <= 256, not rows of " + std::to_string(row_chunks) +
-                     " chunks at head_dim " + std::to_string(x.head_dim));
-      if (pair_thread <= 6) norm_rope_rows_launch<T, kNorm, 1, 6, kFlatPairs>(s, sets, x, p, G, "flat pairs 6");
-      else norm_rope_rows_launch<T, kNorm, 1, 12, kFlatPairs>(s, sets, x, p, G, "flat pairs 12");
     }
     return;
   }
@@ -1905,13 +1863,11 @@ namespace {
 bool norm_rope_args_ok(const QkView& x, const NormRopeParams& p, int batch, int pipe, int staged) {
   UIPC_CHECK(batch == 0 || batch == 8 || batch == 12, "norm_rope: batch must be 0, 8 or 12");
   UIPC_CHECK(pipe == -1 || pipe == 0 || pipe == 4 || pipe == 6 || pipe == 8 || pipe == 12 || pipe == 16 ||
-                 pipe == kNormRopeFlatPipe || pipe == kNormRopeFlatPairsPipe || pipe == kNormRopeLaneRowsPipe,
+                 pipe == kNormRopeFlatPipe || pipe == kNormRopeLaneRowsPipe,
              "norm_rope: pipe must be -1, 0, 4, 6, 8, 12, 16 (12, 16: across-heads RMS only), " +
-                 std::to_string(kNormRopeFlatPipe) + " (the flat walk), " + std::to_string(kNormRopeFlatPairsPipe) +
-                 " (the flat walk, two rows a step) or " + std::to_string(kNormRopeLaneRowsPipe) +
+                 std::to_string(kNormRopeFlatPipe) + " (the flat walk) or " + std::to_string(kNormRopeLaneRowsPipe) +
                  " (the lane-rows walk)");
-  UIPC_CHECK((pipe != kNormRopeFlatPipe && pipe != kNormRopeFlatPairsPipe && pipe != kNormRopeLaneRowsPipe) ||
-                 batch == 0,
+  UIPC_CHECK((pipe != kNormRopeFlatPipe && pipe != kNormRopeLaneRowsPipe) || batch == 0,
              "norm_rope: the flat and lane-rows walks exclude batch");
   UIPC_CHECK((pipe != 12 && pipe != 16) || p.norm == NormKind::kRmsAcrossHeads,
              "norm_rope: pipe 12 and 16 are across-heads walks");

@@ -678,48 +678,6 @@ TEST_F(CudaKernelsTest, NormRopeFlatWalk) {
   }
 }
 
-// The flat walk over two rows a step (pipe kNormRopeFlatPairsPipe: rows 2s and 2s + 1 as one row
-// of twice the heads, a RoPE table each): RoPE only, per-head RMS and LayerNorm, every dtype, on
-// check_walk_cases' shapes (one row: a step whose second row is past the end; 37 tokens a batch
-// and 74 rows a view: the step of rows 36 and 37 spans two batches' positions; 3000 rows; 5
-// heads; 64 x 48; at 16-bit types 128 x 24 and 128 x 40, 6 and 10 chunks a thread), and 75 rows
-// (the last step half empty). Each view against the float64 reference,
-// the moved heads' target and untouched bytes too. Across-heads RMS and rows too long for it
-// (fp32 128 x 40: two rows of 1280 chunks) are refused by name.
-TEST_F(CudaKernelsTest, NormRopeFlatPairsWalk) {
-  const NormRopeKernel kv = NormRopeKernel::kVector;
-  const int pairs = kNormRopeFlatPairsPipe;
-  for (DType dt : kAllTypes) {
-    const bool b16 = dtype_size(dt) == 2;
-    for (NormKind nk : {NormKind::kNone, NormKind::kRmsPerHead, NormKind::kLayerPerHead}) {
-      check_walk_cases(*this, dt, nk, pairs, "flat pairs", b16);
-      if (HasFatalFailure()) return;
-      NormRopeCheck c{dt, 72, 42, nk, true, true, true, kv, pairs, 25, 3, 0};  // 75 rows a view
-      c.qk = true;
-      run_norm_rope_check(*this, c);
-      if (HasFatalFailure()) return;
-      EXPECT_NE(last_norm_rope_launch().kernel.find("flat pairs"), std::string::npos) << last_norm_rope_launch().kernel;
-    }
-  }
-  auto buf = dev_->alloc(static_cast<size_t>(4) * 40 * 128 * 4);
-  NormRopeParams p;
-  p.rope = RopeKind::k1D;
-  auto refused = [&](const QkView& v, DType dt, const NormRopeParams& pp, const char* why) {
-    try {
-      launch_norm_rope(static_cast<cudaStream_t>(stream_->native()), v, dt, pp, kv, 0, pairs, 0);
-      ADD_FAILURE() << "the paired flat walk did not refuse: " << why;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
-    }
-  };
-  refused(QkView{buf.get(), 40 * 128, 1, 4, 0, 40, 128, {}}, DType::kFP32, p,
-          "the paired flat walk takes two rows of at most 768");
-  auto gamma = dev_->alloc(sizeof(float) * 40 * 128);
-  p.norm = NormKind::kRmsAcrossHeads;
-  p.gamma = gamma.as<float>();
-  refused(QkView{buf.get(), 40 * 64, 1, 4, 0, 40, 64, {}}, DType::kBF16, p, "not across-heads RMS");
-}
-
 // The lane-rows walk (pipe kNormRopeLaneRowsPipe: tiles of 128 head rows copied into shared
 // memory, each thread normalising one head row whole, the next tile loading while this one is
 // stored): RoPE only, per-head RMS and LayerNorm, every dtype, on check_walk_cases' shapes
