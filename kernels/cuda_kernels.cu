@@ -1477,7 +1477,10 @@ bool lane_rows_serve(int elem_bytes, int head_dim, int heads) {
 // 59.4-62.8% (d658c00); there the staged walk, which like this one keeps a tile in flight through
 // shared memory, led the register walks at head_dim 64 and 128. Elsewhere it is behind the pick
 // in 125 of 132 cell-runs (16-bit types by 0.1-6.8 points; its seven leads, fp32 and 0.2-2.2
-// points, within the runs' spread; rows "(vector, lane rows, Q+K one launch)").
+// points, within the runs' spread; rows "(vector, lane rows, Q+K one launch)"). The flat walk over
+// two rows a step (16-bit rows at 6 chunks a thread and 4 blocks, as fp32's) was tried in its place
+// and lost 15-19 points (61.9-62.8% against 77.7-81.5, one H100, 71aff20, reverted;
+// docs/measured/2026-12-06-h100-71aff20 also has Nsight Compute's counters for this walk).
 template <typename T, int kNorm>
 bool lane_rows_is_pick(bool pow2_groups) {
   return kNorm == static_cast<int>(NormKind::kLayerPerHead) && sizeof(T) == 2 && !pow2_groups;
