@@ -757,8 +757,9 @@ TEST(ModelBench, NodeSequencesReplayWithTheGpusOwnCosts) {
   EXPECT_GT(copies.modelled.graph, gpu.at(uipc::kEmptyKernels).second);  // the bytes take time too
   EXPECT_GT(copy_hop.modelled.graph, copies.modelled.graph);
   // Steps after one kernel in forty: the scatter's cost spread over forty kernels, not one.
-  const uipc::NodeRowReplay &forty = got.at("forty empty kernels a graph"),
-                            &forty_st = got.at("forty empty kernels a graph, a staged layer's one-rank IPC scatter after the last");
+  const uipc::NodeRowReplay& forty = got.at("forty empty kernels a graph");
+  const uipc::NodeRowReplay& forty_st =
+      got.at("forty empty kernels a graph, a staged layer's one-rank IPC scatter after the last");
   const uipc::model::IssueCost empty{gpu.at(uipc::kEmptyKernels).first, gpu.at(uipc::kEmptyKernels).second};
   for (const bool graph : {false, true}) {
     EXPECT_NEAR(forty.modelled.at(graph), empty.at(graph), 1e-9);
