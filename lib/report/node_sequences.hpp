@@ -1,6 +1,6 @@
 // What bench_kernels' graph-node rows issue around each of their empty kernels (or copies), as data: the
 // bench issues these steps on the GPU (benchmarks/bench_kernels.cpp, graph_node_rows), and
-// `ulysses-ipc model validate --gpu` builds the same steps into a trace and replays it on the
+// `ulysses-ipc model nodes --gpu` builds the same steps into a trace and replays it on the
 // machine with that GPU's own costs (lib/report/model_bench.hpp, replay_node_rows), so that
 // the model's rules for records, hops and the handshake's memory operations are checked
 // against the micro-benchmark that times their composites, one sequence at a time.
@@ -19,8 +19,9 @@ inline constexpr int kNodeStreams = 3;
 
 // One call behind (or before) a kernel. Events are the kernel's own, numbered 0 ..
 // kNodeEvents - 1: a record records event `event` (timed, or ordering: created without timing;
-// one event is one or the other throughout a variant), a wait waits on its last record. The word is one 64-bit word already holding 1: every wait on it is met at
-// once, so what is timed is the fixed cost.
+// one event is one or the other throughout a variant), a wait waits on its last record. The
+// word is one 64-bit word already holding 1: every wait on it is met at once, so what is timed
+// is the fixed cost.
 struct NodeStep {
   enum Kind { kRecordTimed, kRecordOrdering, kWaitEvent, kWriteWord, kWaitWord };
   Kind kind;
@@ -44,8 +45,8 @@ inline constexpr long long kNodeCopyBytes = 1 << 20, kNodeCopyRow = 1024;
 
 struct NodeVariant {
   const char* what;              // the row's name, after "graph: " or "streams: "
-  std::vector<NodeStep> before;  // issued before each kernel
-  std::vector<NodeStep> after;   // issued after each kernel
+  std::vector<NodeStep> before;  // issued before each kernel that has steps (has_steps)
+  std::vector<NodeStep> after;   // issued after it
   // Chains op by op in one gated run, runs (the figure is their median), and the gate in
   // multiples of the bench's: a kernel with a handshake is ten calls, with a staged scatter 24,
   // whose enqueue must stay inside the gate.
