@@ -147,10 +147,7 @@ struct NormCell {
   // The lane-rows walk (a lane a head), Q and K in one launch (0: not run: across-heads RMS,
   // heads of other chunk counts).
   double qk_lane_of_bound = 0;
-  // Its two variants so (16-bit heads of 8 or 9 chunks; 0: not run): stores straight from
-  // registers ("lane direct"), and that with LayerNorm's statistics in one pass ("lane direct 1p").
-  double qk_lane_direct_of_bound = 0, qk_lane_1p_of_bound = 0;
-  std::string lane_kernel, lane_direct_kernel, lane_1p_kernel;
+  std::string lane_kernel;
   int blocks = 0, blocks_per_sm = 0, warps_per_sm = 0, regs = 0;
   double smem_kb = 0, inflight_kb_per_sm = 0;
 };
@@ -235,35 +232,30 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       // walks a row a block: "block rows"), its shared-memory staged walk with batches of
       // 4 and 8, its flat walk (a block a row, chunks across head boundaries: every norm
       // kind; in two launches and with Q and K in one), its lane-rows walk (a lane a head:
-      // per-head norms and RoPE; in two launches and in one; and its two variants, lane direct
-      // and lane direct 1p, in one), the general kernel, and the
+      // per-head norms and RoPE; in two launches and in one), the general kernel, and the
       // pick with Q and K in one launch; and the two walks 16-bit LayerNorm chooses between
       // (pipelined 4, staged 4) with Q and K in one launch, as the layer would run either.
-      constexpr int kVariants = 20;
+      constexpr int kVariants = 18;
       double ms_kernel[kVariants] = {};
       const NormRopeKernel kVec = NormRopeKernel::kVector;
-      const NormRopeKernel which[kVariants] = {kVec, NormRopeKernel::kGeneral, kVec, kVec, kVec, kVec, kVec,
-                                               kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec};
-      const int kFlat = kNormRopeFlatPipe, kLane = kNormRopeLaneRowsPipe, kLaneD = kNormRopeLaneDirectPipe,
-                kLane1 = kNormRopeLaneOnePassPipe;
-      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8, -1, -1, 12, 16, kLane, kLane, kLaneD, kLane1, kFlat, kFlat, 4, 0, -1};
-      const int staged[kVariants] = {-1, -1, 0, 0, 0, 0, 0, 4, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, -1};
+      const NormRopeKernel which[kVariants] = {kVec, NormRopeKernel::kGeneral, kVec, kVec, kVec, kVec, kVec, kVec, kVec,
+                                               kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec};
+      const int kFlat = kNormRopeFlatPipe, kLane = kNormRopeLaneRowsPipe;
+      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8, -1, -1, 12, 16, kLane, kLane, kFlat, kFlat, 4, 0, -1};
+      const int staged[kVariants] = {-1, -1, 0, 0, 0, 0, 0, 4, 8, 0, 0, 0, 0, 0, 0, 0, 4, -1};
       // Q and K in one launch (launch_norm_rope_qk); the last: the layer's pick so.
-      const bool one_launch[kVariants] = {false, false, false, false, false, false, false, false, false, false,
-                                          false, false, true,  true,  true,  false, true,  true,  true,  true};
-      // kLaneQk: " (vector, lane rows, Q+K one launch)", then its two variants so.
-      constexpr int kQk = kVariants - 1, kLaneQk = 12, kLaneDirectQk = 13, kLaneOnePassQk = 14;
+      const bool one_launch[kVariants] = {false, false, false, false, false, false, false, false, false,
+                                          false, false, false, true,  false, true,  true,  true,  true};
+      constexpr int kQk = kVariants - 1, kLaneQk = 12;  // kLaneQk: " (vector, lane rows, Q+K one launch)"
       const char* variant[kVariants] = {"", " (general kernel)", " (vector, 8 passes)", " (vector, 12 passes)",
                                         " (vector, pipelined 4)", " (vector, pipelined 6)", " (vector, pipelined 8)",
                                         " (vector, staged 4)", " (vector, staged 8)", " (vector, pipelined rows)",
                                         " (vector, block rows)", " (vector, lane rows)",
-                                        " (vector, lane rows, Q+K one launch)", " (vector, lane direct, Q+K one launch)",
-                                        " (vector, lane direct 1p, Q+K one launch)", " (vector, flat)",
+                                        " (vector, lane rows, Q+K one launch)", " (vector, flat)",
                                         " (vector, flat, Q+K one launch)", " (vector, pipelined 4, Q+K one launch)",
                                         " (vector, staged 4, Q+K one launch)", kNormRopeQkRowSuffix};
-      // The flat and lane-rows walks' launches (and the variants'), for their rows' notes.
-      std::string flat_kernel, lane_kernel, lane_direct_kernel, lane_1p_kernel;
+      std::string flat_kernel, lane_kernel;  // the flat and lane-rows walks' launches, for their rows' notes
       NormRopeLaunchInfo qk_info;
       NormRopeLaunchInfo info;
       for (int w = 0; w < kVariants; ++w) {
@@ -275,9 +267,7 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
         if (pipe[w] == 12 && passes > 12) continue;
         if (pipe[w] == 16 && passes > 48) continue;
         // The lane-rows walk where it serves the shape (across heads: skipped above).
-        if ((pipe[w] == kLane || pipe[w] == kLaneD || pipe[w] == kLane1) &&
-            !norm_rope_lane_rows_serve(sh.dt, sh.D, sh.H, pipe[w]))
-          continue;
+        if (pipe[w] == kLane && !norm_rope_lane_rows_serve(sh.dt, sh.D, sh.H)) continue;
         // The one-launch pair of the 16-bit LayerNorm pick: only where the staged walk is
         // a candidate (16-bit types, power-of-two lane groups; a row too long for it is
         // refused by the launcher, as for the staged rows above).
@@ -293,10 +283,9 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
         ms_kernel[w] = time_ms(dev, s, 3, 20, run);
         if (w == 0) info = last_norm_rope_launch();
         if (w == kQk) qk_info = last_norm_rope_launch();
-        if (pipe[w] == kFlat || pipe[w] == kLane || pipe[w] == kLaneD || pipe[w] == kLane1) {
+        if (pipe[w] == kFlat || pipe[w] == kLane) {
           const NormRopeLaunchInfo fi = last_norm_rope_launch();
-          (pipe[w] == kFlat ? flat_kernel : pipe[w] == kLane ? lane_kernel : pipe[w] == kLaneD ? lane_direct_kernel
-                                                                                            : lane_1p_kernel) =
+          (pipe[w] == kFlat ? flat_kernel : lane_kernel) =
               fi.kernel + " (" + std::to_string(fi.regs) + " registers, " + std::to_string(fi.blocks_per_sm) +
               " blocks a multiprocessor, " + std::to_string(fi.smem / 1024) + " KB shared a block)";
         }
@@ -310,8 +299,6 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
                         : w == kQk           ? "Q and K, bytes = read+write; " + qk_info.kernel
                         : pipe[w] == kFlat   ? "Q and K, bytes = read+write; " + flat_kernel
                         : pipe[w] == kLane   ? "Q and K, bytes = read+write; " + lane_kernel
-                        : pipe[w] == kLaneD  ? "Q and K, bytes = read+write; " + lane_direct_kernel
-                        : pipe[w] == kLane1  ? "Q and K, bytes = read+write; " + lane_1p_kernel
                                              : "Q and K, bytes = read+write"});
       }
       if (ki == 3) rope_only_ms = ms_kernel[0];
@@ -336,10 +323,6 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       if (ms_kernel[kQk - 3] > 0) c.qk_flat_of_bound = bytes / ms_kernel[kQk - 3] * 1e-9 / bound_tbs;
       if (ms_kernel[kLaneQk] > 0) c.qk_lane_of_bound = bytes / ms_kernel[kLaneQk] * 1e-9 / bound_tbs;
       c.lane_kernel = lane_kernel;
-      if (ms_kernel[kLaneDirectQk] > 0) c.qk_lane_direct_of_bound = bytes / ms_kernel[kLaneDirectQk] * 1e-9 / bound_tbs;
-      if (ms_kernel[kLaneOnePassQk] > 0) c.qk_lane_1p_of_bound = bytes / ms_kernel[kLaneOnePassQk] * 1e-9 / bound_tbs;
-      c.lane_direct_kernel = lane_direct_kernel;
-      c.lane_1p_kernel = lane_1p_kernel;
       c.of_stream = stream_ms / c.ms;
       c.rope_only_ms = rope_only_ms;
       c.bytes = bytes;
@@ -401,19 +384,13 @@ void print_norm_table(const std::vector<NormCell>& cells, double bound_tbs, int6
                   pct(c.qk_staged4_of_bound).c_str(), pct(c.qk_flat_of_bound).c_str());
   std::printf("\nThe lane-rows walk (a lane a head), Q and K in one launch, %% of the copy bound, against the pick "
               "(per-head norms and RoPE only)\n");
-  std::printf("%-16s | %4s | %-4s | %-8s | %-27s | %6s | %9s | %11s | %14s | %s\n", "kind", "D", "type", "layout", "pick",
-              "pick", "lane rows", "lane direct", "lane direct 1p", "lane-rows launch");
+  std::printf("%-16s | %4s | %-4s | %-8s | %-27s | %6s | %9s | %s\n", "kind", "D", "type", "layout", "pick", "pick",
+              "lane rows", "lane-rows launch");
   for (const auto& c : cells)
     if (c.qk_lane_of_bound > 0)
-      std::printf("%-16s | %4d | %-4s | %-8s | %-27s | %6s | %9s | %11s | %14s | %s\n", c.kind.c_str(), c.D,
-                  c.dtype.c_str(), c.layout.c_str(), c.qk_kernel.c_str(), pct(c.qk_of_bound).c_str(),
-                  pct(c.qk_lane_of_bound).c_str(), pct(c.qk_lane_direct_of_bound).c_str(),
-                  pct(c.qk_lane_1p_of_bound).c_str(), c.lane_kernel.c_str());
-  std::printf("\nThe lane-rows walk's variants' launches (lane direct; lane direct 1p), where run\n");
-  for (const auto& c : cells)
-    if (c.qk_lane_direct_of_bound > 0 || c.qk_lane_1p_of_bound > 0)
-      std::printf("%-16s | %4d | %-4s | %-8s | %s; %s\n", c.kind.c_str(), c.D, c.dtype.c_str(), c.layout.c_str(),
-                  c.lane_direct_kernel.c_str(), c.lane_1p_kernel.c_str());
+      std::printf("%-16s | %4d | %-4s | %-8s | %-27s | %6s | %9s | %s\n", c.kind.c_str(), c.D, c.dtype.c_str(),
+                  c.layout.c_str(), c.qk_kernel.c_str(), pct(c.qk_of_bound).c_str(), pct(c.qk_lane_of_bound).c_str(),
+                  c.lane_kernel.c_str());
 }
 
 // --- GEMM: the fused QKV projection at Ulysses2 FLUX 2048 (M8448), whole and split the

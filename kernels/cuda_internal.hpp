@@ -37,15 +37,9 @@ namespace uipc {
 enum class NormRopeKernel { kAuto, kVector, kGeneral };
 inline constexpr int kNormRopeFlatPipe = 32;
 inline constexpr int kNormRopeLaneRowsPipe = 48;
-// The lane-rows walk's variants, measured beside it (16-bit heads of 8 or 9 chunks only): each
-// head row stored from registers straight to its target (no tile store), and that with
-// LayerNorm's statistics in one pass (shifted by the head's first value). Rows "(vector, lane
-// direct)" and "(vector, lane direct 1p)".
-inline constexpr int kNormRopeLaneDirectPipe = 49;
-inline constexpr int kNormRopeLaneOnePassPipe = 50;
-// Whether the lane-rows walk (pipe kNormRopeLaneRowsPipe) or a variant (its pipe) serves heads of
-// this head_dim and dtype, `heads` a row: the launcher refuses it elsewhere.
-bool norm_rope_lane_rows_serve(DType dtype, int head_dim, int heads, int pipe = kNormRopeLaneRowsPipe);
+// Whether the lane-rows walk (pipe kNormRopeLaneRowsPipe) serves heads of this head_dim and dtype,
+// `heads` a row: the launcher refuses it elsewhere.
+bool norm_rope_lane_rows_serve(DType dtype, int head_dim, int heads);
 void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p,
                       NormRopeKernel which = NormRopeKernel::kAuto, int batch = 0, int pipe = -1, int staged = -1);
 // Q and K in one launch of the vector kernel (the grid's halves take one view each: one

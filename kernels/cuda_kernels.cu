@@ -379,15 +379,7 @@ __device__ __forceinline__ void load_f32x(const float* __restrict__ src, float* 
 // kLaneRows (per-head norms and RoPE only): a lane a head. Tiles of 128 head rows copied
 // into shared memory, thread t taking head row t whole: its statistics summed in the
 // thread, no shuffles and no idle lane whatever a head's chunk count (see lane_rows).
-// kLaneDirect: the lane-rows walk with each finished head row stored from the thread's
-// registers straight to its target (no write-back into the tile, no tile store: one
-// barrier a tile fewer). kLaneOnePass: kLaneDirect with LayerNorm's statistics in one pass
-// over the head row, its values shifted by the row's first (one read of the tile fewer;
-// the shift bounds the cancellation: (x0 - mean)^2 <= D var, so var loses at most
-// log2(D) bits).
-enum Walk : int { kPlain = 0, kPipelined = 1, kStaged = 2, kBlockRows = 3, kFlat = 4, kLaneRows = 5, kLaneDirect = 6,
-                  kLaneOnePass = 7 };
-constexpr bool lane_walk(int walk) { return walk == kLaneRows || walk == kLaneDirect || walk == kLaneOnePass; }
+enum Walk : int { kPlain = 0, kPipelined = 1, kStaged = 2, kBlockRows = 3, kFlat = 4, kLaneRows = 5 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -1161,10 +1153,9 @@ __host__ __device__ inline LaneSmem lane_smem(int D, int heads, int elem_bytes) 
   return m;
 }
 
-template <typename T, int kNorm, int kCPH, int kWalkL>
+template <typename T, int kNorm, int kCPH>
 __device__ __forceinline__ void lane_rows(const BlockView<T>& bv, int64_t rows, int heads, int rope, float eps,
                                           float theta) {
-  constexpr bool direct = kWalkL != kLaneRows, one_pass = kWalkL == kLaneOnePass;
   using V = Vec<T>;
   constexpr int kVE = V::kVE, kPairs = kVE / 2, kNT = kLaneTile, D = kCPH * kVE, half = D / 2;
   constexpr bool layer = kNorm == static_cast<int>(NormKind::kLayerPerHead);
@@ -1225,24 +1216,20 @@ __device__ __forceinline__ void lane_rows(const BlockView<T>& bv, int64_t rows, 
       sincosf(static_cast<float>(bv.pos_offset + pos) * sth[pr], &tab[tk * D + half + pr], &tab[tk * D + pr]);
     }
   };
-  // Thread t's head row: statistics, normalise, rotate, and put each chunk back (into the tile
-  // in place, or straight to its target). chunk(e) reads chunk e from shared memory for each
-  // pass (two or three; one fewer for kLaneOnePass's LayerNorm), not held in registers across
-  // them: ptxas keeps a pass's reads and its arithmetic together within the register cap
+  // Thread t's head row: statistics, normalise, rotate, back in place. The chunks are read
+  // from shared memory for each pass (two or three), not held in registers across them:
+  // ptxas keeps a pass's reads and its arithmetic together within the register cap
   // (lane_min_blocks).
-  auto compute = [&](const Tile& tl, const auto& chunk, const auto& put) {
+  auto compute = [&](const Tile& tl, int buf) {
+    if (t >= tl.n) return;
+    char* const tile = smb + buf * lay.tile;
+    auto chunk = [&](int e) {
+      V v;
+      v.raw = *reinterpret_cast<const uint4*>(tile + 16 * slot(t, e));
+      return v;
+    };
     float mu = 0.0f, rinv = 1.0f;
-    if constexpr (per_head && layer && one_pass) {
-      constexpr float inv_d = 1.0f / static_cast<float>(D);
-      float f0[kVE];
-      chunk(0).to_floats(f0);
-      float d1 = 0.0f, s2 = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kCPH; ++e) chunk_sums(chunk(e), f0[0], d1, s2);
-      const float dm = d1 * inv_d;
-      mu = f0[0] + dm;
-      rinv = rsqrtf(fmaxf(s2 * inv_d - dm * dm, 0.0f) + eps);
-    } else if constexpr (per_head) {
+    if constexpr (per_head) {
       constexpr float inv_d = 1.0f / static_cast<float>(D);
       if constexpr (layer) {
         float s1 = 0.0f;
@@ -1267,27 +1254,8 @@ __device__ __forceinline__ void lane_rows(const BlockView<T>& bv, int64_t rows, 
         load_shared_f32(cs_row + half + e * kPairs, sn);
       }
       finish_chunk<T, kNorm>(v, g, b, mu, rinv, rope, cs, sn);
-      put(e, v);
+      *reinterpret_cast<uint4*>(tile + 16 * slot(t, e)) = v.raw;
     }
-  };
-  // Thread t's head row in the tile k of buffer buf.
-  auto tile_chunk = [&](int buf) {
-    const char* const tile = smb + buf * lay.tile;
-    return [=](int e) {
-      V v;
-      v.raw = *reinterpret_cast<const uint4*>(tile + 16 * slot(t, e));
-      return v;
-    };
-  };
-  // Where thread t's head row goes: into the tile in place, or straight to its target.
-  auto tile_put = [&](int buf) {
-    char* const tile = smb + buf * lay.tile;
-    return [=](int e, const V& v) { *reinterpret_cast<uint4*>(tile + 16 * slot(t, e)) = v.raw; };
-  };
-  auto target_put = [&](const Tile& tl) {
-    const int hl = tl.h0 + t, tk = token_of(hl), h = hl - tk * heads;
-    T* const dst = head_dst(trow[2 * tk], trow[2 * tk + 1], pl, h);
-    return [=](int e, const V& v) { *reinterpret_cast<uint4*>(dst + e * kVE) = v.raw; };
   };
   auto copy_out = [&](const Tile& tl, int buf) {
     const char* const tile = smb + buf * lay.tile;
@@ -1308,13 +1276,9 @@ __device__ __forceinline__ void lane_rows(const BlockView<T>& bv, int64_t rows, 
     prepare(tl);
     cp_async_wait<1>();  // this tile's copies (the next tile's may still be in flight)
     __syncthreads();
-    if constexpr (direct) {
-      if (t < tl.n) compute(tl, tile_chunk(buf), target_put(tl));
-    } else {
-      if (t < tl.n) compute(tl, tile_chunk(buf), tile_put(buf));
-      __syncthreads();
-      copy_out(tl, buf);
-    }
+    compute(tl, buf);
+    __syncthreads();
+    copy_out(tl, buf);
     __syncthreads();  // the tile's buffer, rows and table free again
     buf ^= 1;
   }
@@ -1328,10 +1292,10 @@ __device__ __forceinline__ void lane_rows(const BlockView<T>& bv, int64_t rows, 
 // 254 at 16-bit LayerNorm unbounded, and spilled 88-264 bytes at bf16 under the bound.)
 constexpr int lane_min_blocks(int cph) { return cph <= 9 ? 5 : 3; }
 
-template <typename T, int kNorm, int kCPH, int kWalkL>
+template <typename T, int kNorm, int kCPH>
 __global__ void __launch_bounds__(kRowWarps * 32, lane_min_blocks(kCPH))
     norm_rope_lane_kernel(const RowSets<T> sets, int64_t rows, int heads, int /*G*/, int rope, float eps, float theta) {
-  lane_rows<T, kNorm, kCPH, kWalkL>(block_view(sets), rows, heads, rope, eps, theta);
+  lane_rows<T, kNorm, kCPH>(block_view(sets), rows, heads, rope, eps, theta);
 }
 
 // Blocks a multiprocessor the flat walk asks ptxas to fit (a register cap of 65536 / (128
@@ -1373,7 +1337,7 @@ __global__ void __launch_bounds__(kRowWarps * 32, 5) norm_rope_rows_5_kernel(con
 template <typename T, int kNorm, int kCPL, int kNB, int kWalk>
 constexpr auto rows_kernel() {
   if constexpr (kWalk == kFlat) return norm_rope_flat_kernel<T, kNorm, kNB>;
-  else if constexpr (lane_walk(kWalk)) return norm_rope_lane_kernel<T, kNorm, kCPL, kWalk>;
+  else if constexpr (kWalk == kLaneRows) return norm_rope_lane_kernel<T, kNorm, kCPL>;
   else if constexpr (kWalk == kPipelined && kNB == 4 && std::is_same_v<T, __half> &&
                      kNorm == static_cast<int>(NormKind::kLayerPerHead))
     return norm_rope_rows_5_kernel<T, kNorm, kCPL, kNB, kWalk>;
@@ -1409,7 +1373,7 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
   const int row_chunks = x.heads * (x.head_dim / Vec<T>::kVE);
   const size_t smem = kWalk == kStaged ? size_t(2) * kRowWarps * x.heads * x.head_dim * sizeof(T)
                       : kWalk == kFlat ? sizeof(float) * flat_smem(x.head_dim, x.heads, row_chunks, kNorm, sizeof(T)).floats
-                      : lane_walk(kWalk) ? static_cast<size_t>(lane_smem(x.head_dim, x.heads, sizeof(T)).bytes)
+                      : kWalk == kLaneRows ? static_cast<size_t>(lane_smem(x.head_dim, x.heads, sizeof(T)).bytes)
                                            : 0;
   // As many blocks as stay resident at once (asked once per kernel and shared-memory
   // size), at most one warp per row.
@@ -1434,7 +1398,7 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
   // walks take a block a row, the lane-rows walk a block a tile of 128 head rows, the others
   // a warp a row.
   const bool block_a_row = kWalk == kBlockRows || kWalk == kFlat;
-  const int64_t want = sets.n * (lane_walk(kWalk) ? (rows * x.heads + kLaneTile - 1) / kLaneTile
+  const int64_t want = sets.n * (kWalk == kLaneRows ? (rows * x.heads + kLaneTile - 1) / kLaneTile
                                  : block_a_row      ? rows
                                                     : (rows + kRowWarps - 1) / kRowWarps);
   const unsigned blocks = static_cast<unsigned>(std::max<int64_t>(sets.n, std::min<int64_t>(want, resident)));
@@ -1451,7 +1415,7 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
   const size_t lane_bytes = static_cast<size_t>(kLaneTile) * x.head_dim * sizeof(T) / kRowWarps;
   last_launch = {std::string(name) + (sets.n == 2 ? ", Q+K one launch" : ""), static_cast<int>(blocks), kRowWarps * 32,
                  per_sm, regs, smem,
-                 lane_walk(kWalk) ? lane_bytes
+                 kWalk == kLaneRows ? lane_bytes
                                     : std::min(row_bytes, kWalk == kStaged ? row_bytes
                                                           : kWalk == kFlat ? flat_bytes
                                                                            : batch_bytes)};
@@ -1502,11 +1466,6 @@ bool lane_rows_serve(int elem_bytes, int head_dim, int heads) {
   const bool served = elem_bytes == 2 ? chunks == 8 || chunks == 9 || chunks == 16 : chunks == 16 || chunks == 18;
   return served && lane_smem(head_dim, heads, elem_bytes).bytes <= 160 * 1024;
 }
-// Whether the lane-rows walk's two variants (pipe kNormRopeLaneDirectPipe, kNormRopeLaneOnePassPipe)
-// serve such heads: 16-bit types at 8 or 9 chunks (head_dim 64, 72) only.
-bool lane_variant_serve(int elem_bytes, int head_dim, int heads) {
-  return elem_bytes == 2 && (head_dim == 64 || head_dim == 72) && lane_rows_serve(elem_bytes, head_dim, heads);
-}
 
 // Where the layer takes the lane-rows walk: 16-bit LayerNorm on lane groups that are not a
 // power of two (head_dim 72: the lane-group walks leave 5 of 32 lanes idle and reduce both
@@ -1521,7 +1480,12 @@ bool lane_variant_serve(int elem_bytes, int head_dim, int heads) {
 // points, within the runs' spread; rows "(vector, lane rows, Q+K one launch)"). The flat walk over
 // two rows a step (16-bit rows at 6 chunks a thread and 4 blocks, as fp32's) was tried in its place
 // and lost 15-19 points (61.9-62.8% against 77.7-81.5, one H100, 71aff20, reverted;
-// docs/measured/2026-12-06-h100-71aff20 also has Nsight Compute's counters for this walk).
+// docs/measured/2026-12-06-h100-71aff20 also has Nsight Compute's counters for this walk). This
+// walk with each head row stored from the thread's registers straight to its target (16-byte
+// stores at the head row's 144-byte stride in place of the tile's coalesced store: one barrier
+// and the tile's write-back fewer; "lane direct", 2ca3fea, reverted) lost half its rate: 37.4-42.4%
+// at head_dim 72 against 77.4-88.0 (every per-head kind, both 16-bit types and layouts), 43-55% at
+// 64 (one H100, two runs; docs/measured/2026-12-07-h100-2ca3fea).
 template <typename T, int kNorm>
 bool lane_rows_is_pick(bool pow2_groups) {
   return kNorm == static_cast<int>(NormKind::kLayerPerHead) && sizeof(T) == 2 && !pow2_groups;
@@ -1561,25 +1525,6 @@ void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x
       } else {
         if (chunks == 16) norm_rope_rows_launch<T, kNorm, 16, 1, kLaneRows>(s, sets, x, p, G, "lane rows");
         else norm_rope_rows_launch<T, kNorm, 18, 1, kLaneRows>(s, sets, x, p, G, "lane rows");
-      }
-    }
-    return;
-  }
-  if (pipe == kNormRopeLaneDirectPipe || pipe == kNormRopeLaneOnePassPipe) {
-    const char* const name = pipe == kNormRopeLaneDirectPipe ? "lane direct" : "lane direct 1p";
-    UIPC_CHECK(kNorm != static_cast<int>(NormKind::kRmsAcrossHeads) && lane_variant_serve(sizeof(T), x.head_dim, x.heads),
-               std::string("norm_rope: the ") + name +
-                   " walk takes per-head norms and RoPE on 16-bit heads of 8 or 9 chunks (head_dim 64, 72), not " +
-                   std::to_string(x.heads) + " heads of " + std::to_string(chunks) + " chunks (head_dim " +
-                   std::to_string(x.head_dim) + ")" +
-                   (kNorm == static_cast<int>(NormKind::kRmsAcrossHeads) ? ", across-heads RMS" : ""));
-    if constexpr (sizeof(T) == 2 && kNorm != static_cast<int>(NormKind::kRmsAcrossHeads)) {
-      if (pipe == kNormRopeLaneDirectPipe) {
-        if (chunks == 8) norm_rope_rows_launch<T, kNorm, 8, 1, kLaneDirect>(s, sets, x, p, G, name);
-        else norm_rope_rows_launch<T, kNorm, 9, 1, kLaneDirect>(s, sets, x, p, G, name);
-      } else {
-        if (chunks == 8) norm_rope_rows_launch<T, kNorm, 8, 1, kLaneOnePass>(s, sets, x, p, G, name);
-        else norm_rope_rows_launch<T, kNorm, 9, 1, kLaneOnePass>(s, sets, x, p, G, name);
       }
     }
     return;
@@ -1898,9 +1843,8 @@ __global__ void convert_2d_kernel(const float* __restrict__ in, int64_t ld_in, T
 
 NormRopeLaunchInfo last_norm_rope_launch() { return last_launch; }
 
-bool norm_rope_lane_rows_serve(DType dtype, int head_dim, int heads, int pipe) {
-  const int es = static_cast<int>(dtype_size(dtype));
-  return pipe == kNormRopeLaneRowsPipe ? lane_rows_serve(es, head_dim, heads) : lane_variant_serve(es, head_dim, heads);
+bool norm_rope_lane_rows_serve(DType dtype, int head_dim, int heads) {
+  return lane_rows_serve(static_cast<int>(dtype_size(dtype)), head_dim, heads);
 }
 
 MemoryBandwidth memory_bandwidth() {
@@ -1926,14 +1870,13 @@ namespace {
 // The arguments' checks; false when there is nothing to do (neither norm nor RoPE).
 bool norm_rope_args_ok(const QkView& x, const NormRopeParams& p, int batch, int pipe, int staged) {
   UIPC_CHECK(batch == 0 || batch == 8 || batch == 12, "norm_rope: batch must be 0, 8 or 12");
-  const bool lane = pipe == kNormRopeLaneRowsPipe || pipe == kNormRopeLaneDirectPipe || pipe == kNormRopeLaneOnePassPipe;
   UIPC_CHECK(pipe == -1 || pipe == 0 || pipe == 4 || pipe == 6 || pipe == 8 || pipe == 12 || pipe == 16 ||
-                 pipe == kNormRopeFlatPipe || lane,
+                 pipe == kNormRopeFlatPipe || pipe == kNormRopeLaneRowsPipe,
              "norm_rope: pipe must be -1, 0, 4, 6, 8, 12, 16 (12, 16: across-heads RMS only), " +
-                 std::to_string(kNormRopeFlatPipe) + " (the flat walk), " + std::to_string(kNormRopeLaneRowsPipe) +
-                 " (the lane-rows walk), " + std::to_string(kNormRopeLaneDirectPipe) + " or " +
-                 std::to_string(kNormRopeLaneOnePassPipe) + " (its variants)");
-  UIPC_CHECK((pipe != kNormRopeFlatPipe && !lane) || batch == 0, "norm_rope: the flat and lane-rows walks exclude batch");
+                 std::to_string(kNormRopeFlatPipe) + " (the flat walk) or " + std::to_string(kNormRopeLaneRowsPipe) +
+                 " (the lane-rows walk)");
+  UIPC_CHECK((pipe != kNormRopeFlatPipe && pipe != kNormRopeLaneRowsPipe) || batch == 0,
+             "norm_rope: the flat and lane-rows walks exclude batch");
   UIPC_CHECK((pipe != 12 && pipe != 16) || p.norm == NormKind::kRmsAcrossHeads,
              "norm_rope: pipe 12 and 16 are across-heads walks");
   UIPC_CHECK(staged == -1 || staged == 0 || staged == 4 || staged == 8, "norm_rope: staged must be -1, 0, 4 or 8");

@@ -742,49 +742,6 @@ TEST_F(CudaKernelsTest, NormRopeLaneRowsWalk) {
   expect_refused(DType::kBF16, 96, NormKind::kRmsPerHead, "bf16 heads of 12 chunks");
 }
 
-// The lane-rows walk's two variants: "lane direct" (pipe kNormRopeLaneDirectPipe: the tile in
-// through shared memory, each head row stored from registers straight to its target) and "lane
-// direct 1p" (kNormRopeLaneOnePassPipe: that with LayerNorm's statistics in one pass, shifted by
-// the head's first value; the outlier case puts that value far from the mean).
-// RoPE only, per-head RMS and LayerNorm, bf16 and fp16, on check_walk_cases' shapes without the
-// big heads (head_dim 72 and 64: 9 and 8 chunks), LayerNorm with an outlier; each view against
-// the float64 reference, moved heads and untouched bytes too. fp32, heads of 16 chunks and
-// across-heads RMS are refused by name.
-TEST_F(CudaKernelsTest, NormRopeLaneVariants) {
-  const NormRopeKernel kv = NormRopeKernel::kVector;
-  for (int pipe : {kNormRopeLaneDirectPipe, kNormRopeLaneOnePassPipe}) {
-    const std::string walk = pipe == kNormRopeLaneDirectPipe ? "lane direct" : "lane direct 1p";
-    for (DType dt : {DType::kBF16, DType::kFP16}) {
-      for (NormKind nk : {NormKind::kNone, NormKind::kRmsPerHead, NormKind::kLayerPerHead}) {
-        check_walk_cases(*this, dt, nk, pipe, walk, false);
-        if (HasFatalFailure()) return;
-      }
-      NormRopeCheck o{dt, 72, 42, NormKind::kLayerPerHead, true, true, true, kv, pipe, 50, 20, 0};
-      o.outlier = o.qk = true;
-      run_norm_rope_check(*this, o);
-      if (HasFatalFailure()) return;
-    }
-    auto expect_refused = [&](DType dt, int D, NormKind nk, const std::string& what) {
-      auto buf = dev_->alloc(static_cast<size_t>(4) * 8 * D * 4);
-      auto gamma = dev_->alloc(static_cast<size_t>(8) * D * 4);
-      QkView v{buf.get(), 8 * D, 1, 4, 0, 8, D, {}};
-      NormRopeParams p;
-      p.norm = nk;
-      p.rope = RopeKind::k1D;
-      p.gamma = gamma.as<float>();
-      try {
-        launch_norm_rope(static_cast<cudaStream_t>(stream_->native()), v, dt, p, kv, 0, pipe, 0);
-        ADD_FAILURE() << "the " << walk << " walk took " << what;
-      } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("the " + walk + " walk"), std::string::npos) << e.what();
-      }
-    };
-    expect_refused(DType::kBF16, 72, NormKind::kRmsAcrossHeads, "across-heads RMS");
-    expect_refused(DType::kFP32, 72, NormKind::kRmsPerHead, "fp32 heads of 18 chunks");
-    expect_refused(DType::kBF16, 128, NormKind::kRmsPerHead, "bf16 heads of 16 chunks");
-  }
-}
-
 // The shared-memory staged walk (whole rows copied in with cp.async, two buffers per
 // warp in turn), batches of 4 and 8 passes, every norm kind, head_dim 64, 72 and 128 at
 // the benchmark's head counts (rows of 12 to 42 passes), every dtype, fused and separate
