@@ -742,46 +742,6 @@ TEST_F(CudaKernelsTest, NormRopeLaneRowsWalk) {
   expect_refused(DType::kBF16, 96, NormKind::kRmsPerHead, "bf16 heads of 12 chunks");
 }
 
-// The lane-rows walk with 16-bit LayerNorm's statistics in one pass, shifted by the head's first
-// value ("lane rows 1p", pipe kNormRopeLaneOnePassPipe): bf16 and fp16, on check_walk_cases' shapes
-// without the big heads (head_dim 72 and 64: 9 and 8 chunks), and with an outlier (the first
-// value far from the mean, the others within +-0.01: the shift's worst case), each view against
-// the float64 reference, moved heads and untouched bytes too. RMS, fp32 and heads of 16 chunks
-// are refused by name.
-TEST_F(CudaKernelsTest, NormRopeLaneRowsOnePass) {
-  const NormRopeKernel kv = NormRopeKernel::kVector;
-  const int pipe = kNormRopeLaneOnePassPipe;
-  for (DType dt : {DType::kBF16, DType::kFP16}) {
-    check_walk_cases(*this, dt, NormKind::kLayerPerHead, pipe, "lane rows 1p", false);
-    if (HasFatalFailure()) return;
-    for (int D : {72, 64}) {
-      NormRopeCheck o{dt, D, 3024 / D, NormKind::kLayerPerHead, true, true, true, kv, pipe, 50, 20, 0};
-      o.outlier = o.qk = true;
-      run_norm_rope_check(*this, o);
-      if (HasFatalFailure()) return;
-    }
-  }
-  auto expect_refused = [&](DType dt, int D, NormKind nk, const std::string& what) {
-    auto buf = dev_->alloc(static_cast<size_t>(4) * 8 * D * 4);
-    auto gamma = dev_->alloc(static_cast<size_t>(8) * D * 4);
-    QkView v{buf.get(), 8 * D, 1, 4, 0, 8, D, {}};
-    NormRopeParams p;
-    p.norm = nk;
-    p.rope = RopeKind::k1D;
-    p.gamma = gamma.as<float>();
-    p.beta = gamma.as<float>();
-    try {
-      launch_norm_rope(static_cast<cudaStream_t>(stream_->native()), v, dt, p, kv, 0, pipe, 0);
-      ADD_FAILURE() << "the lane-rows 1p walk took " << what;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("the lane-rows 1p walk"), std::string::npos) << e.what();
-    }
-  };
-  expect_refused(DType::kBF16, 72, NormKind::kRmsPerHead, "RMS");
-  expect_refused(DType::kFP32, 72, NormKind::kLayerPerHead, "fp32");
-  expect_refused(DType::kBF16, 128, NormKind::kLayerPerHead, "bf16 heads of 16 chunks");
-}
-
 // The shared-memory staged walk (whole rows copied in with cp.async, two buffers per
 // warp in turn), batches of 4 and 8 passes, every norm kind, head_dim 64, 72 and 128 at
 // the benchmark's head counts (rows of 12 to 42 passes), every dtype, fused and separate
