@@ -73,6 +73,23 @@ def test_one_pass_layernorm_moves_the_walk_within_the_runs_spread():
     assert min(rms) == 80.5 and max(rms) == 84.6
 
 
+def test_the_cells_below_85_percent_are_the_ones_the_readmes_name():
+    """The norm table's count with Q and K in one launch, and the cells in it, per run."""
+    want = {(DIRECT, 1): 5, (DIRECT, 2): 4, (ONE_PASS, 1): 6, (ONE_PASS, 2): 4}
+    for (folder, run), n in want.items():
+        text = (folder / f"norm-tables-{folder.name.split('-')[-1]}-run{run}.txt").read_text()
+        m = re.search(r"with Q and K in one launch \(the layer under [^)]*\): (\d+) of 48", text)
+        assert m and int(m.group(1)) == n, (folder.name, run)
+        below = [line.split("|") for line in text.splitlines() if line.endswith(" 1-lnch<85%")]
+        assert len(below) == n
+        # The four 16-bit LayerNorm head_dim 72 cells in every run; the rest RMS at head_dim 72, within
+        # a point of 85%.
+        layer = [f for f in below if f[0].strip() == "layer"]
+        assert len(layer) == 4 and all(f[1].strip() == "72" and f[3].strip() != "fp32" for f in layer)
+        assert all(f[1].strip() == "72" and 84 < float(f[20].strip().rstrip("%")) < 85 for f in below if f not in layer)
+        assert f"{want[(folder, 1)]} and {want[(folder, 2)]} of its 48" in (folder / "README.md").read_text()
+
+
 def test_the_gpu_tests_of_both_variants_passed():
     for folder, test in ((DIRECT, "NormRopeLaneVariants"), (ONE_PASS, "NormRopeLaneRowsOnePass")):
         text = (folder / f"gpu-tests-{folder.name.split('-')[-1]}.txt").read_text()
