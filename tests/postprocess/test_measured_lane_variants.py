@@ -15,25 +15,31 @@ DIRECT, ONE_PASS = MEASURED / "2026-12-07-h100-2ca3fea", MEASURED / "2026-12-07-
 TABLE = "The lane-rows walk (a lane a head), Q and K in one launch"
 
 
+def stored(folder: Path, what: str) -> str:
+    """A stored file of the folder's call, named by its code: norm-tables-CODE-runN.txt, gpu-tests-CODE.txt."""
+    code = folder.name.split("-")[-1]
+    return (folder / (f"gpu-tests-{code}.txt" if what == "gpu-tests" else f"norm-tables-{code}-{what}.txt")).read_text()
+
+
 def lane_table(folder: Path, run: int) -> dict[tuple[str, int, str, str], list[float | None]]:
     """(kind, D, dtype, layout) -> [pick %, lane rows %, the variants' % ...] of one run's table."""
-    path = folder / f"norm-tables-{folder.name.split('-')[-1]}-run{run}.txt"
-    text = path.read_text()
+    where = f"{folder.name} run{run}"
+    text = stored(folder, f"run{run}")
     bound = float(re.search(r"bound = ([\d.]+) TB/s device copy", text).group(1))
-    assert 2.9 < bound < 3.1, (path, bound)  # the H100's copy bound, as every other H100 run
+    assert 2.9 < bound < 3.1, (where, bound)  # the H100's copy bound, as every other H100 run
     cells = {}
     for line in text.split(TABLE, 1)[1].splitlines():
         f = [x.strip() for x in line.split("|")]
         if len(f) >= 9 and f[0] in ("none", "rms", "layer"):
             vals = [None if x == "-" else float(x.rstrip("%")) for x in f[5:-1]]
             cells[(f[0], int(f[1]), f[2], f[3])] = vals
-    assert len(cells) == 36, (path, sorted(cells))  # 3 kinds x 2 head dims x 3 dtypes x 2 layouts
+    assert len(cells) == 36, (where, sorted(cells))  # 3 kinds x 2 head dims x 3 dtypes x 2 layouts
     return cells
 
 
 def test_storing_from_registers_at_the_head_rows_stride_halves_the_walk():
-    for run in (1, 2):
-        cells = lane_table(DIRECT, run)
+    runs = [lane_table(DIRECT, 1), lane_table(DIRECT, 2)]
+    for cells in runs:
         for (kind, D, dt, layout), (pick, lane, direct, direct1) in cells.items():
             if dt == "fp32":
                 assert direct is None and direct1 is None
@@ -46,11 +52,12 @@ def test_storing_from_registers_at_the_head_rows_stride_halves_the_walk():
                 assert 77 < lane < 89
             else:
                 assert 43 <= min(direct, direct1) and max(direct, direct1) < 55
-        readme = (DIRECT / "README.md").read_text()
-        for dt in ("bf16", "fp16"):
-            for layout in ("fused", "separate"):
-                lane, direct = cells[("layer", 72, dt, layout)][1:3]
-                assert f"{lane:.1f}" in readme and f"{direct:.1f}" in readme, (dt, layout)
+    # The README's rows: lane rows, then lane direct, run 1 / run 2.
+    readme = (DIRECT / "README.md").read_text()
+    for dt in ("bf16", "fp16"):
+        for layout in ("fused", "separate"):
+            (_, l1, d1, _), (_, l2, d2, _) = (r[("layer", 72, dt, layout)] for r in runs)
+            assert f"| {l1:.1f} / {l2:.1f} | {d1:.1f} / {d2:.1f} |" in readme, (dt, layout)
 
 
 def test_one_pass_layernorm_moves_the_walk_within_the_runs_spread():
@@ -77,7 +84,7 @@ def test_the_cells_below_85_percent_are_the_ones_the_readmes_name():
     """The norm table's count with Q and K in one launch, and the cells in it, per run."""
     want = {(DIRECT, 1): 5, (DIRECT, 2): 4, (ONE_PASS, 1): 6, (ONE_PASS, 2): 4}
     for (folder, run), n in want.items():
-        text = (folder / f"norm-tables-{folder.name.split('-')[-1]}-run{run}.txt").read_text()
+        text = stored(folder, f"run{run}")
         m = re.search(r"with Q and K in one launch \(the layer under [^)]*\): (\d+) of 48", text)
         assert m and int(m.group(1)) == n, (folder.name, run)
         below = [line.split("|") for line in text.splitlines() if line.endswith(" 1-lnch<85%")]
@@ -92,6 +99,6 @@ def test_the_cells_below_85_percent_are_the_ones_the_readmes_name():
 
 def test_the_gpu_tests_of_both_variants_passed():
     for folder, test in ((DIRECT, "NormRopeLaneVariants"), (ONE_PASS, "NormRopeLaneRowsOnePass")):
-        text = (folder / f"gpu-tests-{folder.name.split('-')[-1]}.txt").read_text()
+        text = stored(folder, "gpu-tests")
         assert f"[       OK ] CudaKernelsTest.{test} " in text
         assert "[  PASSED  ] 3 tests." in text and "FAILED" not in text
