@@ -147,7 +147,8 @@ struct NormCell {
   // The lane-rows walk (a lane a head), Q and K in one launch (0: not run: across-heads RMS,
   // heads of other chunk counts).
   double qk_lane_of_bound = 0;
-  std::string lane_kernel;
+  double qk_lane1_of_bound = 0;  // its single-tile variant (16-bit heads of 8 or 9 chunks; 0: not run)
+  std::string lane_kernel, lane1_kernel;
   int blocks = 0, blocks_per_sm = 0, warps_per_sm = 0, regs = 0;
   double smem_kb = 0, inflight_kb_per_sm = 0;
 };
@@ -232,30 +233,34 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       // walks a row a block: "block rows"), its shared-memory staged walk with batches of
       // 4 and 8, its flat walk (a block a row, chunks across head boundaries: every norm
       // kind; in two launches and with Q and K in one), its lane-rows walk (a lane a head:
-      // per-head norms and RoPE; in two launches and in one), the general kernel, and the
+      // per-head norms and RoPE; in two launches and in one; with one tile a block at 8 blocks,
+      // 16-bit heads of 8 or 9 chunks, in one), the general kernel, and the
       // pick with Q and K in one launch; and the two walks 16-bit LayerNorm chooses between
       // (pipelined 4, staged 4) with Q and K in one launch, as the layer would run either.
-      constexpr int kVariants = 18;
+      constexpr int kVariants = 19;
       double ms_kernel[kVariants] = {};
       const NormRopeKernel kVec = NormRopeKernel::kVector;
-      const NormRopeKernel which[kVariants] = {kVec, NormRopeKernel::kGeneral, kVec, kVec, kVec, kVec, kVec, kVec, kVec,
-                                               kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec};
-      const int kFlat = kNormRopeFlatPipe, kLane = kNormRopeLaneRowsPipe;
-      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8, -1, -1, 12, 16, kLane, kLane, kFlat, kFlat, 4, 0, -1};
-      const int staged[kVariants] = {-1, -1, 0, 0, 0, 0, 0, 4, 8, 0, 0, 0, 0, 0, 0, 0, 4, -1};
+      const NormRopeKernel which[kVariants] = {kVec, NormRopeKernel::kGeneral, kVec, kVec, kVec, kVec, kVec,
+                                               kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec, kVec};
+      const int kFlat = kNormRopeFlatPipe, kLane = kNormRopeLaneRowsPipe, kLane1 = kNormRopeLaneSinglePipe;
+      const int batch[kVariants] = {0, 0, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+      const int pipe[kVariants] = {-1, -1, 0, 0, 4, 6, 8, -1, -1, 12, 16, kLane, kLane, kLane1, kFlat, kFlat, 4, 0, -1};
+      const int staged[kVariants] = {-1, -1, 0, 0, 0, 0, 0, 4, 8, 0, 0, 0, 0, 0, 0, 0, 0, 4, -1};
       // Q and K in one launch (launch_norm_rope_qk); the last: the layer's pick so.
-      const bool one_launch[kVariants] = {false, false, false, false, false, false, false, false, false,
-                                          false, false, false, true,  false, true,  true,  true,  true};
-      constexpr int kQk = kVariants - 1, kLaneQk = 12;  // kLaneQk: " (vector, lane rows, Q+K one launch)"
+      const bool one_launch[kVariants] = {false, false, false, false, false, false, false, false, false, false,
+                                          false, false, true,  true,  false, true,  true,  true,  true};
+      // kLaneQk: " (vector, lane rows, Q+K one launch)"; kLane1Qk: its single-tile variant so.
+      constexpr int kQk = kVariants - 1, kLaneQk = 12, kLane1Qk = 13;
       const char* variant[kVariants] = {"", " (general kernel)", " (vector, 8 passes)", " (vector, 12 passes)",
                                         " (vector, pipelined 4)", " (vector, pipelined 6)", " (vector, pipelined 8)",
                                         " (vector, staged 4)", " (vector, staged 8)", " (vector, pipelined rows)",
                                         " (vector, block rows)", " (vector, lane rows)",
-                                        " (vector, lane rows, Q+K one launch)", " (vector, flat)",
+                                        " (vector, lane rows, Q+K one launch)", " (vector, lane rows 1t, Q+K one launch)",
+                                        " (vector, flat)",
                                         " (vector, flat, Q+K one launch)", " (vector, pipelined 4, Q+K one launch)",
                                         " (vector, staged 4, Q+K one launch)", kNormRopeQkRowSuffix};
-      std::string flat_kernel, lane_kernel;  // the flat and lane-rows walks' launches, for their rows' notes
+      // The flat and lane-rows walks' launches (and the single-tile variant's), for their rows' notes.
+      std::string flat_kernel, lane_kernel, lane1_kernel;
       NormRopeLaunchInfo qk_info;
       NormRopeLaunchInfo info;
       for (int w = 0; w < kVariants; ++w) {
@@ -268,6 +273,7 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
         if (pipe[w] == 16 && passes > 48) continue;
         // The lane-rows walk where it serves the shape (across heads: skipped above).
         if (pipe[w] == kLane && !norm_rope_lane_rows_serve(sh.dt, sh.D, sh.H)) continue;
+        if (pipe[w] == kLane1 && !norm_rope_lane_single_serve(kinds[ki], sh.dt, sh.D, sh.H)) continue;
         // The one-launch pair of the 16-bit LayerNorm pick: only where the staged walk is
         // a candidate (16-bit types, power-of-two lane groups; a row too long for it is
         // refused by the launcher, as for the staged rows above).
@@ -283,9 +289,9 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
         ms_kernel[w] = time_ms(dev, s, 3, 20, run);
         if (w == 0) info = last_norm_rope_launch();
         if (w == kQk) qk_info = last_norm_rope_launch();
-        if (pipe[w] == kFlat || pipe[w] == kLane) {
+        if (pipe[w] == kFlat || pipe[w] == kLane || pipe[w] == kLane1) {
           const NormRopeLaunchInfo fi = last_norm_rope_launch();
-          (pipe[w] == kFlat ? flat_kernel : lane_kernel) =
+          (pipe[w] == kFlat ? flat_kernel : pipe[w] == kLane ? lane_kernel : lane1_kernel) =
               fi.kernel + " (" + std::to_string(fi.regs) + " registers, " + std::to_string(fi.blocks_per_sm) +
               " blocks a multiprocessor, " + std::to_string(fi.smem / 1024) + " KB shared a block)";
         }
@@ -299,6 +305,7 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
                         : w == kQk           ? "Q and K, bytes = read+write; " + qk_info.kernel
                         : pipe[w] == kFlat   ? "Q and K, bytes = read+write; " + flat_kernel
                         : pipe[w] == kLane   ? "Q and K, bytes = read+write; " + lane_kernel
+                        : pipe[w] == kLane1  ? "Q and K, bytes = read+write; " + lane1_kernel
                                              : "Q and K, bytes = read+write"});
       }
       if (ki == 3) rope_only_ms = ms_kernel[0];
@@ -323,6 +330,8 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       if (ms_kernel[kQk - 3] > 0) c.qk_flat_of_bound = bytes / ms_kernel[kQk - 3] * 1e-9 / bound_tbs;
       if (ms_kernel[kLaneQk] > 0) c.qk_lane_of_bound = bytes / ms_kernel[kLaneQk] * 1e-9 / bound_tbs;
       c.lane_kernel = lane_kernel;
+      if (ms_kernel[kLane1Qk] > 0) c.qk_lane1_of_bound = bytes / ms_kernel[kLane1Qk] * 1e-9 / bound_tbs;
+      c.lane1_kernel = lane1_kernel;
       c.of_stream = stream_ms / c.ms;
       c.rope_only_ms = rope_only_ms;
       c.bytes = bytes;
@@ -384,13 +393,17 @@ void print_norm_table(const std::vector<NormCell>& cells, double bound_tbs, int6
                   pct(c.qk_staged4_of_bound).c_str(), pct(c.qk_flat_of_bound).c_str());
   std::printf("\nThe lane-rows walk (a lane a head), Q and K in one launch, %% of the copy bound, against the pick "
               "(per-head norms and RoPE only)\n");
-  std::printf("%-16s | %4s | %-4s | %-8s | %-27s | %6s | %9s | %s\n", "kind", "D", "type", "layout", "pick", "pick",
-              "lane rows", "lane-rows launch");
+  std::printf("%-16s | %4s | %-4s | %-8s | %-27s | %6s | %9s | %12s | %s\n", "kind", "D", "type", "layout", "pick",
+              "pick", "lane rows", "lane rows 1t", "lane-rows launch");
   for (const auto& c : cells)
     if (c.qk_lane_of_bound > 0)
-      std::printf("%-16s | %4d | %-4s | %-8s | %-27s | %6s | %9s | %s\n", c.kind.c_str(), c.D, c.dtype.c_str(),
+      std::printf("%-16s | %4d | %-4s | %-8s | %-27s | %6s | %9s | %12s | %s\n", c.kind.c_str(), c.D, c.dtype.c_str(),
                   c.layout.c_str(), c.qk_kernel.c_str(), pct(c.qk_of_bound).c_str(), pct(c.qk_lane_of_bound).c_str(),
-                  c.lane_kernel.c_str());
+                  pct(c.qk_lane1_of_bound).c_str(), c.lane_kernel.c_str());
+  for (const auto& c : cells)
+    if (c.qk_lane1_of_bound > 0)
+      std::printf("lane rows 1t: %s D%d %s %s: %s\n", c.kind.c_str(), c.D, c.dtype.c_str(), c.layout.c_str(),
+                  c.lane1_kernel.c_str());
 }
 
 // --- GEMM: the fused QKV projection at Ulysses2 FLUX 2048 (M8448), whole and split the

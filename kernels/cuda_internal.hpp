@@ -40,6 +40,11 @@ inline constexpr int kNormRopeLaneRowsPipe = 48;
 // Whether the lane-rows walk (pipe kNormRopeLaneRowsPipe) serves heads of this head_dim and dtype,
 // `heads` a row: the launcher refuses it elsewhere.
 bool norm_rope_lane_rows_serve(DType dtype, int head_dim, int heads);
+// The lane-rows walk with one tile a block at 8 blocks a multiprocessor (LayerNorm's statistics in
+// one pass, shifted by the head's first value), measured beside it: per-head norms and RoPE at 16-bit
+// types on heads of 8 or 9 chunks only. Rows "(vector, lane rows 1t)".
+inline constexpr int kNormRopeLaneSinglePipe = 49;
+bool norm_rope_lane_single_serve(NormKind norm, DType dtype, int head_dim, int heads);
 void launch_norm_rope(cudaStream_t s, const QkView& x, DType dtype, const NormRopeParams& p,
                       NormRopeKernel which = NormRopeKernel::kAuto, int batch = 0, int pipe = -1, int staged = -1);
 // Q and K in one launch of the vector kernel (the grid's halves take one view each: one

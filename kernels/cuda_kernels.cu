@@ -379,7 +379,12 @@ __device__ __forceinline__ void load_f32x(const float* __restrict__ src, float* 
 // kLaneRows (per-head norms and RoPE only): a lane a head. Tiles of 128 head rows copied
 // into shared memory, thread t taking head row t whole: its statistics summed in the
 // thread, no shuffles and no idle lane whatever a head's chunk count (see lane_rows).
-enum Walk : int { kPlain = 0, kPipelined = 1, kStaged = 2, kBlockRows = 3, kFlat = 4, kLaneRows = 5 };
+// kLaneSingle: kLaneRows with one tile a block (no next tile in flight) at 8 blocks a
+// multiprocessor against 5, and LayerNorm's statistics in one pass over the head row, its
+// values shifted by the row's first (the shift bounds the cancellation: (x0 - mean)^2 <=
+// D var, so the variance loses at most log2(D) bits; the one pass is what fits 64 registers).
+enum Walk : int { kPlain = 0, kPipelined = 1, kStaged = 2, kBlockRows = 3, kFlat = 4, kLaneRows = 5, kLaneSingle = 6 };
+constexpr bool lane_walk(int walk) { return walk == kLaneRows || walk == kLaneSingle; }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -1140,11 +1145,11 @@ constexpr int kLaneTile = kRowWarps * 32;  // head rows a tile: one a thread
 struct LaneSmem {
   int tile, g, b, th, tab, rows, bytes, tok_span;
 };
-__host__ __device__ inline LaneSmem lane_smem(int D, int heads, int elem_bytes) {
+__host__ __device__ inline LaneSmem lane_smem(int D, int heads, int elem_bytes, int tiles = 2) {
   LaneSmem m{};
   m.tok_span = (kLaneTile - 1 + heads - 1) / heads + 1;  // tokens 128 consecutive head rows can touch
   m.tile = kLaneTile * D * elem_bytes;
-  m.g = 2 * m.tile;
+  m.g = tiles * m.tile;
   m.b = m.g + 4 * round_up4(D);
   m.th = m.b + 4 * round_up4(D);
   m.tab = m.th + 4 * round_up4(D / 2);
@@ -1153,7 +1158,7 @@ __host__ __device__ inline LaneSmem lane_smem(int D, int heads, int elem_bytes) 
   return m;
 }
 
-template <typename T, int kNorm, int kCPH>
+template <typename T, int kNorm, int kCPH, bool kSingle>
 __device__ __forceinline__ void lane_rows(const BlockView<T>& bv, int64_t rows, int heads, int rope, float eps,
                                           float theta) {
   using V = Vec<T>;
@@ -1163,7 +1168,7 @@ __device__ __forceinline__ void lane_rows(const BlockView<T>& bv, int64_t rows, 
   static_assert(kNorm != static_cast<int>(NormKind::kRmsAcrossHeads), "the lane-rows walk is per head");
   extern __shared__ uint4 lane_mem[];
   char* const smb = reinterpret_cast<char*>(lane_mem);
-  const LaneSmem lay = lane_smem(D, heads, sizeof(T));
+  const LaneSmem lay = lane_smem(D, heads, sizeof(T), kSingle ? 1 : 2);
   float* const sg = reinterpret_cast<float*>(smb + lay.g);
   float* const sb = reinterpret_cast<float*>(smb + lay.b);
   float* const sth = reinterpret_cast<float*>(smb + lay.th);
@@ -1229,7 +1234,17 @@ __device__ __forceinline__ void lane_rows(const BlockView<T>& bv, int64_t rows, 
       return v;
     };
     float mu = 0.0f, rinv = 1.0f;
-    if constexpr (per_head) {
+    if constexpr (layer && kSingle) {
+      constexpr float inv_d = 1.0f / static_cast<float>(D);
+      float f0[kVE];
+      chunk(0).to_floats(f0);
+      float d1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kCPH; ++e) chunk_sums(chunk(e), f0[0], d1, s2);
+      const float dm = d1 * inv_d;
+      mu = f0[0] + dm;
+      rinv = rsqrtf(fmaxf(s2 * inv_d - dm * dm, 0.0f) + eps);
+    } else if constexpr (per_head) {
       constexpr float inv_d = 1.0f / static_cast<float>(D);
       if constexpr (layer) {
         float s1 = 0.0f;
@@ -1243,7 +1258,10 @@ __device__ __forceinline__ void lane_rows(const BlockView<T>& bv, int64_t rows, 
       rinv = rsqrtf(s2 * inv_d + eps);
     }
     const float* const cs_row = tab + token_of(tl.h0 + t) * D;
-#pragma unroll
+    // The single-tile walk unrolls by 3: fully unrolled, ptxas hoists the weights' and table's
+    // reads and spills at 64 registers (104-132 bytes at 9 chunks).
+    constexpr int kUnroll = kSingle ? 3 : kCPH;
+#pragma unroll kUnroll
     for (int e = 0; e < kCPH; ++e) {
       V v = chunk(e);
       float g[kVE] = {}, b[kVE] = {}, cs[kPairs] = {}, sn[kPairs] = {};
@@ -1266,6 +1284,22 @@ __device__ __forceinline__ void lane_rows(const BlockView<T>& bv, int64_t rows, 
     }
   };
   __syncthreads();  // the weights and frequencies
+  if constexpr (kSingle) {
+    // One tile: its copies in flight while the tokens are prepared, then computed and stored.
+    for (int64_t k = bv.block; k < tiles; k += bv.grid) {  // uniform across the block
+      copy_in(k, 0);
+      cp_async_commit();
+      const Tile tl = tile_of(k);
+      prepare(tl);
+      cp_async_wait<0>();
+      __syncthreads();
+      compute(tl, 0);
+      __syncthreads();
+      copy_out(tl, 0);
+      __syncthreads();  // the tile, rows and table free again
+    }
+    return;
+  }
   int buf = 0;
   copy_in(bv.block, buf);
   cp_async_commit();
@@ -1290,12 +1324,13 @@ __device__ __forceinline__ void lane_rows(const BlockView<T>& bv, int64_t rows, 
 // Held so (nvcc -Xptxas -v, sm_90): 16-bit 62-96 registers at 8 or 9 chunks, 80-167 at 16; fp32 56-116;
 // no spills. (A first draft that held a head row in registers between the passes took 128 and
 // 254 at 16-bit LayerNorm unbounded, and spilled 88-264 bytes at bf16 under the bound.)
-constexpr int lane_min_blocks(int cph) { return cph <= 9 ? 5 : 3; }
+// The single-tile walk (kLaneSingle): one 18 KB tile a block, 8 blocks (64 registers).
+constexpr int lane_min_blocks(int cph, bool single) { return single ? 8 : cph <= 9 ? 5 : 3; }
 
-template <typename T, int kNorm, int kCPH>
-__global__ void __launch_bounds__(kRowWarps * 32, lane_min_blocks(kCPH))
+template <typename T, int kNorm, int kCPH, bool kSingle>
+__global__ void __launch_bounds__(kRowWarps * 32, lane_min_blocks(kCPH, kSingle))
     norm_rope_lane_kernel(const RowSets<T> sets, int64_t rows, int heads, int /*G*/, int rope, float eps, float theta) {
-  lane_rows<T, kNorm, kCPH>(block_view(sets), rows, heads, rope, eps, theta);
+  lane_rows<T, kNorm, kCPH, kSingle>(block_view(sets), rows, heads, rope, eps, theta);
 }
 
 // Blocks a multiprocessor the flat walk asks ptxas to fit (a register cap of 65536 / (128
@@ -1337,7 +1372,7 @@ __global__ void __launch_bounds__(kRowWarps * 32, 5) norm_rope_rows_5_kernel(con
 template <typename T, int kNorm, int kCPL, int kNB, int kWalk>
 constexpr auto rows_kernel() {
   if constexpr (kWalk == kFlat) return norm_rope_flat_kernel<T, kNorm, kNB>;
-  else if constexpr (kWalk == kLaneRows) return norm_rope_lane_kernel<T, kNorm, kCPL>;
+  else if constexpr (lane_walk(kWalk)) return norm_rope_lane_kernel<T, kNorm, kCPL, kWalk == kLaneSingle>;
   else if constexpr (kWalk == kPipelined && kNB == 4 && std::is_same_v<T, __half> &&
                      kNorm == static_cast<int>(NormKind::kLayerPerHead))
     return norm_rope_rows_5_kernel<T, kNorm, kCPL, kNB, kWalk>;
@@ -1373,7 +1408,7 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
   const int row_chunks = x.heads * (x.head_dim / Vec<T>::kVE);
   const size_t smem = kWalk == kStaged ? size_t(2) * kRowWarps * x.heads * x.head_dim * sizeof(T)
                       : kWalk == kFlat ? sizeof(float) * flat_smem(x.head_dim, x.heads, row_chunks, kNorm, sizeof(T)).floats
-                      : kWalk == kLaneRows ? static_cast<size_t>(lane_smem(x.head_dim, x.heads, sizeof(T)).bytes)
+                      : lane_walk(kWalk) ? static_cast<size_t>(lane_smem(x.head_dim, x.heads, sizeof(T), kWalk == kLaneSingle ? 1 : 2).bytes)
                                            : 0;
   // As many blocks as stay resident at once (asked once per kernel and shared-memory
   // size), at most one warp per row.
@@ -1398,7 +1433,7 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
   // walks take a block a row, the lane-rows walk a block a tile of 128 head rows, the others
   // a warp a row.
   const bool block_a_row = kWalk == kBlockRows || kWalk == kFlat;
-  const int64_t want = sets.n * (kWalk == kLaneRows ? (rows * x.heads + kLaneTile - 1) / kLaneTile
+  const int64_t want = sets.n * (lane_walk(kWalk) ? (rows * x.heads + kLaneTile - 1) / kLaneTile
                                  : block_a_row      ? rows
                                                     : (rows + kRowWarps - 1) / kRowWarps);
   const unsigned blocks = static_cast<unsigned>(std::max<int64_t>(sets.n, std::min<int64_t>(want, resident)));
@@ -1415,7 +1450,7 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
   const size_t lane_bytes = static_cast<size_t>(kLaneTile) * x.head_dim * sizeof(T) / kRowWarps;
   last_launch = {std::string(name) + (sets.n == 2 ? ", Q+K one launch" : ""), static_cast<int>(blocks), kRowWarps * 32,
                  per_sm, regs, smem,
-                 kWalk == kLaneRows ? lane_bytes
+                 lane_walk(kWalk) ? lane_bytes
                                     : std::min(row_bytes, kWalk == kStaged ? row_bytes
                                                           : kWalk == kFlat ? flat_bytes
                                                                            : batch_bytes)};
@@ -1466,6 +1501,12 @@ bool lane_rows_serve(int elem_bytes, int head_dim, int heads) {
   const bool served = elem_bytes == 2 ? chunks == 8 || chunks == 9 || chunks == 16 : chunks == 16 || chunks == 18;
   return served && lane_smem(head_dim, heads, elem_bytes).bytes <= 160 * 1024;
 }
+// Whether its single-tile variant (pipe kNormRopeLaneSinglePipe) serves: per-head norms and RoPE at
+// 16-bit types on heads of 8 or 9 chunks (head_dim 64, 72) only.
+bool lane_single_serve(NormKind norm, int elem_bytes, int head_dim, int heads) {
+  return norm != NormKind::kRmsAcrossHeads && elem_bytes == 2 && (head_dim == 64 || head_dim == 72) &&
+         lane_rows_serve(elem_bytes, head_dim, heads);
+}
 
 // Where the layer takes the lane-rows walk: 16-bit LayerNorm on lane groups that are not a
 // power of two (head_dim 72: the lane-group walks leave 5 of 32 lanes idle and reduce both
@@ -1485,12 +1526,7 @@ bool lane_rows_serve(int elem_bytes, int head_dim, int heads) {
 // stores at the head row's 144-byte stride in place of the tile's coalesced store: one barrier
 // and the tile's write-back fewer; "lane direct", 2ca3fea, reverted) lost half its rate: 37.4-42.4%
 // at head_dim 72 against 77.4-88.0 (every per-head kind, both 16-bit types and layouts), 43-55% at
-// 64 (one H100, two runs; docs/measured/2026-12-07-h100-2ca3fea). Taking LayerNorm's statistics
-// in one pass over the tile (shifted by the head's first value: one read of the tile fewer, 70-72
-// registers against 95; "lane rows 1p", b56ee0a, reverted) moved nothing beyond the runs' spread:
-// 0.0 to +0.6 points at head_dim 72 (77.2-81.8% against 76.9-81.8), -0.7 to +1.0 at 64 (one
-// H100, two runs; docs/measured/2026-12-07-h100-b56ee0a). LayerNorm's second pass over shared
-// memory is not what holds this walk below RMS's (80.5-84.6% there).
+// 64 (one H100, two runs; docs/measured/2026-12-07-h100-2ca3fea).
 template <typename T, int kNorm>
 bool lane_rows_is_pick(bool pow2_groups) {
   return kNorm == static_cast<int>(NormKind::kLayerPerHead) && sizeof(T) == 2 && !pow2_groups;
@@ -1531,6 +1567,18 @@ void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x
         if (chunks == 16) norm_rope_rows_launch<T, kNorm, 16, 1, kLaneRows>(s, sets, x, p, G, "lane rows");
         else norm_rope_rows_launch<T, kNorm, 18, 1, kLaneRows>(s, sets, x, p, G, "lane rows");
       }
+    }
+    return;
+  }
+  if (pipe == kNormRopeLaneSinglePipe) {
+    UIPC_CHECK(lane_single_serve(static_cast<NormKind>(kNorm), sizeof(T), x.head_dim, x.heads),
+               "norm_rope: the lane-rows 1t walk takes per-head norms and RoPE at 16-bit types on heads of 8 or 9 "
+               "chunks (head_dim 64, 72), not " + std::to_string(x.heads) + " heads of " + std::to_string(chunks) +
+                   " chunks (head_dim " + std::to_string(x.head_dim) + ", " + std::to_string(sizeof(T) * 8) +
+                   "-bit, norm kind " + std::to_string(kNorm) + ")");
+    if constexpr (sizeof(T) == 2 && kNorm != static_cast<int>(NormKind::kRmsAcrossHeads)) {
+      if (chunks == 8) norm_rope_rows_launch<T, kNorm, 8, 1, kLaneSingle>(s, sets, x, p, G, "lane rows 1t");
+      else norm_rope_rows_launch<T, kNorm, 9, 1, kLaneSingle>(s, sets, x, p, G, "lane rows 1t");
     }
     return;
   }
@@ -1851,6 +1899,9 @@ NormRopeLaunchInfo last_norm_rope_launch() { return last_launch; }
 bool norm_rope_lane_rows_serve(DType dtype, int head_dim, int heads) {
   return lane_rows_serve(static_cast<int>(dtype_size(dtype)), head_dim, heads);
 }
+bool norm_rope_lane_single_serve(NormKind norm, DType dtype, int head_dim, int heads) {
+  return lane_single_serve(norm, static_cast<int>(dtype_size(dtype)), head_dim, heads);
+}
 
 MemoryBandwidth memory_bandwidth() {
   static std::mutex mu;
@@ -1875,13 +1926,13 @@ namespace {
 // The arguments' checks; false when there is nothing to do (neither norm nor RoPE).
 bool norm_rope_args_ok(const QkView& x, const NormRopeParams& p, int batch, int pipe, int staged) {
   UIPC_CHECK(batch == 0 || batch == 8 || batch == 12, "norm_rope: batch must be 0, 8 or 12");
+  const bool lane = pipe == kNormRopeLaneRowsPipe || pipe == kNormRopeLaneSinglePipe;
   UIPC_CHECK(pipe == -1 || pipe == 0 || pipe == 4 || pipe == 6 || pipe == 8 || pipe == 12 || pipe == 16 ||
-                 pipe == kNormRopeFlatPipe || pipe == kNormRopeLaneRowsPipe,
+                 pipe == kNormRopeFlatPipe || lane,
              "norm_rope: pipe must be -1, 0, 4, 6, 8, 12, 16 (12, 16: across-heads RMS only), " +
-                 std::to_string(kNormRopeFlatPipe) + " (the flat walk) or " + std::to_string(kNormRopeLaneRowsPipe) +
-                 " (the lane-rows walk)");
-  UIPC_CHECK((pipe != kNormRopeFlatPipe && pipe != kNormRopeLaneRowsPipe) || batch == 0,
-             "norm_rope: the flat and lane-rows walks exclude batch");
+                 std::to_string(kNormRopeFlatPipe) + " (the flat walk), " + std::to_string(kNormRopeLaneRowsPipe) +
+                 " (the lane-rows walk) or " + std::to_string(kNormRopeLaneSinglePipe) + " (its single-tile variant)");
+  UIPC_CHECK((pipe != kNormRopeFlatPipe && !lane) || batch == 0, "norm_rope: the flat and lane-rows walks exclude batch");
   UIPC_CHECK((pipe != 12 && pipe != 16) || p.norm == NormKind::kRmsAcrossHeads,
              "norm_rope: pipe 12 and 16 are across-heads walks");
   UIPC_CHECK(staged == -1 || staged == 0 || staged == 4 || staged == 8, "norm_rope: staged must be -1, 0, 4 or 8");

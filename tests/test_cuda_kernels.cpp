@@ -678,6 +678,26 @@ TEST_F(CudaKernelsTest, NormRopeFlatWalk) {
   }
 }
 
+// Launching `walk` (forced through `pipe`) on 8 heads of D elements of dt with norm nk is refused,
+// by the walk's name.
+void expect_walk_refused(CudaKernelsTest& t, int pipe, const std::string& walk, DType dt, int D, NormKind nk,
+                         const std::string& what) {
+  auto buf = t.dev_->alloc(static_cast<size_t>(4) * 8 * D * 4);
+  auto gamma = t.dev_->alloc(static_cast<size_t>(8) * D * 4);
+  QkView v{buf.get(), 8 * D, 1, 4, 0, 8, D, {}};
+  NormRopeParams p;
+  p.norm = nk;
+  p.rope = RopeKind::k1D;
+  p.gamma = gamma.as<float>();
+  p.beta = gamma.as<float>();
+  try {
+    launch_norm_rope(static_cast<cudaStream_t>(t.stream_->native()), v, dt, p, NormRopeKernel::kVector, 0, pipe, 0);
+    ADD_FAILURE() << "the " << walk << " walk took " << what;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the " + walk + " walk"), std::string::npos) << e.what();
+  }
+}
+
 // The lane-rows walk (pipe kNormRopeLaneRowsPipe: tiles of 128 head rows copied into shared
 // memory, each thread normalising one head row whole, the next tile loading while this one is
 // stored): RoPE only, per-head RMS and LayerNorm, every dtype, on check_walk_cases' shapes
@@ -706,19 +726,7 @@ TEST_F(CudaKernelsTest, NormRopeLaneRowsWalk) {
     }
   }
   auto expect_refused = [&](DType dt, int D, NormKind nk, const std::string& what) {
-    auto buf = dev_->alloc(static_cast<size_t>(4) * 8 * D * 4);
-    auto gamma = dev_->alloc(static_cast<size_t>(8) * D * 4);
-    QkView v{buf.get(), 8 * D, 1, 4, 0, 8, D, {}};
-    NormRopeParams p;
-    p.norm = nk;
-    p.rope = RopeKind::k1D;
-    p.gamma = gamma.as<float>();
-    try {
-      launch_norm_rope(static_cast<cudaStream_t>(stream_->native()), v, dt, p, kv, 0, lane, 0);
-      ADD_FAILURE() << "the lane-rows walk took " << what;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("the lane-rows walk"), std::string::npos) << e.what();
-    }
+    expect_walk_refused(*this, lane, "lane-rows", dt, D, nk, what);
   };
   // The layer's pick (pipe -1) takes the lane-rows walk for 16-bit LayerNorm at head_dim 72
   // (lane groups of 9) and nowhere else: not fp32 LayerNorm there (flat), not RMS there (flat),
@@ -740,6 +748,33 @@ TEST_F(CudaKernelsTest, NormRopeLaneRowsWalk) {
   expect_refused(DType::kBF16, 128, NormKind::kRmsAcrossHeads, "across-heads RMS");
   expect_refused(DType::kFP32, 128, NormKind::kRmsPerHead, "fp32 heads of 32 chunks");
   expect_refused(DType::kBF16, 96, NormKind::kRmsPerHead, "bf16 heads of 12 chunks");
+}
+
+// The lane-rows walk with one tile a block at 8 blocks ("lane rows 1t", pipe
+// kNormRopeLaneSinglePipe; 16-bit LayerNorm's statistics in one pass, shifted by the head's first
+// value): RoPE only, RMS and LayerNorm, bf16 and fp16, on check_walk_cases' shapes without the big
+// heads (head_dim 72 and 64: 9 and 8 chunks), and LayerNorm with an outlier (the first value far
+// from the mean, the others within +-0.01: the shift's worst case), each view against the float64
+// reference, moved heads and untouched bytes too. Across-heads RMS, fp32 and heads of 16 chunks are
+// refused by name.
+TEST_F(CudaKernelsTest, NormRopeLaneRowsSingle) {
+  const int pipe = kNormRopeLaneSinglePipe;
+  for (DType dt : {DType::kBF16, DType::kFP16}) {
+    for (NormKind nk : {NormKind::kNone, NormKind::kRmsPerHead, NormKind::kLayerPerHead}) {
+      check_walk_cases(*this, dt, nk, pipe, "lane rows 1t", false);
+      if (HasFatalFailure()) return;
+    }
+    for (int D : {72, 64}) {
+      NormRopeCheck o{dt, D, 3024 / D, NormKind::kLayerPerHead, true, true, true, NormRopeKernel::kVector, pipe, 50,
+                      20, 0};
+      o.outlier = o.qk = true;
+      run_norm_rope_check(*this, o);
+      if (HasFatalFailure()) return;
+    }
+  }
+  expect_walk_refused(*this, pipe, "lane-rows 1t", DType::kBF16, 72, NormKind::kRmsAcrossHeads, "across-heads RMS");
+  expect_walk_refused(*this, pipe, "lane-rows 1t", DType::kFP32, 72, NormKind::kLayerPerHead, "fp32");
+  expect_walk_refused(*this, pipe, "lane-rows 1t", DType::kBF16, 128, NormKind::kLayerPerHead, "bf16 heads of 16 chunks");
 }
 
 // The shared-memory staged walk (whole rows copied in with cp.async, two buffers per
