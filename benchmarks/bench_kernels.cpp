@@ -44,6 +44,7 @@
 #include <string>
 #include <tuple>
 #include <vector>
+#include <unistd.h>
 
 #include "base/dtype.hpp"
 #include "base/error.hpp"
@@ -1079,6 +1080,38 @@ void vmm_import_rows(Device& dev, Stream& a, std::vector<Row>& rows) {
                     kNoBound, "host time of import, reserve, map, set access, median of 5"});
     rows.push_back({"alloc", "vmm target: close the imported mapping (idle GPU)", shape, cl, cl * 1e3, "us",
                     kNoBound, "host time, median of 5"});
+    // What the layer does with each target at one rank without the cache: a fresh allocation
+    // exported once, its descriptor closed, the allocation freed. The rows above export one
+    // allocation again and again (after a first, untimed export), and free allocations never
+    // exported.
+    {
+      std::vector<double> ex, cl, fr;
+      for (int i = 0; i < 6; ++i) {
+        DeviceBuffer fresh = dev.alloc_fd_shareable(bytes);
+        auto t0 = Clock::now();
+        const int fd = dev.export_fd(fresh);
+        const double e = since_ms(t0);
+        t0 = Clock::now();
+        ::close(fd);
+        const double c = since_ms(t0);
+        t0 = Clock::now();
+        fresh.reset();
+        const double f = since_ms(t0);
+        if (i == 0) continue;  // the first of the six: one-time costs
+        ex.push_back(e), cl.push_back(c), fr.push_back(f);
+      }
+      rows.push_back({"alloc", "vmm target: export of a fresh allocation (idle GPU)", shape, median_ms(ex),
+                      median_ms(ex) * 1e3, "us", kNoBound, "host time of its first export, median of 5"});
+      rows.push_back({"alloc", "vmm target: close of that descriptor (idle GPU)", shape, median_ms(cl),
+                      median_ms(cl) * 1e3, "us", kNoBound, "host time, median of 5"});
+      rows.push_back({"alloc", "vmm target: free of an exported allocation (idle GPU)", shape, median_ms(fr),
+                      median_ms(fr) * 1e3, "us", kNoBound, "host time, median of 5"});
+      DeviceBuffer fresh = dev.alloc_fd_shareable(bytes);
+      int fd = -1;
+      beside_kernel_row(dev, a, "vmm target: export of a fresh allocation", shape,
+                        [&] { fd = dev.export_fd(fresh); }, rows);
+      ::close(fd);
+    }
     for (const bool do_close : {false, true}) {
       PeerMapping m = do_close ? dev.import_fd(dev.export_fd(target), bytes) : PeerMapping();
       beside_kernel_row(dev, a,
