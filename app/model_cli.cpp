@@ -592,13 +592,14 @@ int print_node_rows(const model::Machine& m, const std::string& bench, bool mark
 }
 
 // `model ops`: every op of each traced layer with its measured duration (the events the
-// GPU run put around it) beside its replay's; device ops and the host's memory calls
-// (host_call, stream -1, not measured), host syncs left out. In a measured traced layer
+// GPU run put around it) beside its replay's, and the host time of the call that issued it
+// (reports written since the traces carried it; nan before); device ops and the host's memory
+// calls (host_call, stream -1: no device times), host syncs left out. In a measured traced layer
 // each op sits between two extra events, so the measured layer is longer than a timed
 // one; the durations of work-bound ops are what to compare.
 int print_ops(const std::vector<std::string>& reports, const std::vector<std::string>& only, const model::Machine& m) {
   std::printf("# op by op: measured (events around each op, GPU) against MODELLED on %s; us\n", m.name.c_str());
-  std::printf("# run rank op stream kind bytes dims measured_start measured_us modelled_start modelled_us\n");
+  std::printf("# run rank op stream kind bytes dims measured_start measured_us modelled_start modelled_us host_us\n");
   for (const std::string& path : reports)
     for (const StoredRun& r : read_report_runs(path)) {
       const std::string name = r.case_name + "/" + r.run_name;
@@ -614,10 +615,11 @@ int print_ops(const std::vector<std::string>& reports, const std::vector<std::st
           if (op.kind == model::OpKind::kHostCall)
             kind += std::string("/") + model::host_call_name(static_cast<model::HostCall>(op.dims[0]));
           const model::OpTime& t = tl.ranks[rk][i];
-          std::printf("%s %zu %zu %d %s %.0f %lldx%lldx%lldx%lld %.1f %.1f %.1f %.1f\n", name.c_str(), rk, i, op.stream,
+          std::printf("%s %zu %zu %d %s %.0f %lldx%lldx%lldx%lld %.1f %.1f %.1f %.1f %.1f\n", name.c_str(), rk, i, op.stream,
                       kind.c_str(), op.bytes, static_cast<long long>(op.dims[0]), static_cast<long long>(op.dims[1]),
                       static_cast<long long>(op.dims[2]), static_cast<long long>(op.dims[3]), 1e3 * op.measured_start_ms,
-                      1e3 * (op.measured_end_ms - op.measured_start_ms), 1e3 * t.start_ms, 1e3 * (t.end_ms - t.start_ms));
+                      1e3 * (op.measured_end_ms - op.measured_start_ms), 1e3 * t.start_ms, 1e3 * (t.end_ms - t.start_ms),
+                      op.measured_host_us);
         }
     }
   return 0;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <set>
@@ -33,6 +34,7 @@ using uipc::testing::world_size;
 struct Traced {
   std::vector<model::RankTrace> traces;
   std::vector<uint16_t> result;  // this rank's V result after the traced group
+  double traced_wall_us = 0;     // this rank's host time from begin_trace to end_trace
 };
 
 // Two groups of Q, K, V scatters (the first fills the target cache and makes the
@@ -54,6 +56,7 @@ Traced run_groups(const std::string& transport, bool elide, bool measure, Transp
   dev.copy_to_device(buf.get(), src.data(), elems * 2);
   Traced out;
   for (int group = 0; group < 2; ++group) {
+    const auto t0 = std::chrono::steady_clock::now();
     if (group == 1) dev.begin_trace(measure);
     std::vector<std::unique_ptr<Exchange>> ex;
     for (Tag tag : {Tag::kQ, Tag::kK, Tag::kV}) {
@@ -69,6 +72,7 @@ Traced run_groups(const std::string& transport, bool elide, bool measure, Transp
     compute->synchronize();
     if (group == 1) {
       model::RankTrace mine = dev.end_trace();
+      out.traced_wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       for (const std::string& b : allgather_strings(MPI_COMM_WORLD, model::serialize(mine), 20, "test traces"))
         out.traces.push_back(model::deserialize(b));
       out.result.resize(elems);
@@ -273,6 +277,47 @@ TEST(TracingHostCalls, WithoutTheTargetCacheEveryLayerImportsItsTargetsWithItNon
       }
       EXPECT_EQ(checked, targets * P) << what;  // the exports and the imports, every one
     }
+  }
+}
+
+// A measured trace times each call on the host (Op::measured_host_us): every memory call (the
+// allocations, exports, mappings and frees of a layer without the target cache) and every
+// stream op's enqueue carry a time (a copy batch's one call on its first copy), host syncs none. The calls run one after another on the
+// host, so their times sum to no more than the traced group's wall time. The byte form keeps
+// them; an unmeasured trace has none.
+TEST(TracingHostCalls, AMeasuredTraceTimesEachCallOnTheHost) {
+  const int me = world_rank();
+  for (const std::string transport : {"vmm", "ipc"}) {
+    TransportOptions topts;
+    topts.cache_targets = false;
+    const Traced tr = run_groups(transport, false, true, topts);
+    const model::RankTrace& mine = tr.traces[me];
+    double sum_us = 0;
+    int calls = 0, stream_ops = 0;
+    for (const model::Op& op : mine.ops) {
+      if (op.kind == model::OpKind::kHostSync || (op.kind == model::OpKind::kCopy && op.dims[2] > 0)) {
+        EXPECT_TRUE(std::isnan(op.measured_host_us)) << transport << ": a host sync or a copy after a batch's first "
+                                                     << "with a host time";
+        continue;
+      }
+      ASSERT_TRUE(std::isfinite(op.measured_host_us) && op.measured_host_us >= 0)
+          << transport << ": op of kind " << static_cast<int>(op.kind) << " without a host time";
+      sum_us += op.measured_host_us;
+      (op.kind == model::OpKind::kHostCall ? calls : stream_ops) += 1;
+    }
+    EXPECT_GE(calls, 9) << transport;  // each of Q, K and V's targets: a free, an allocation, an export
+    EXPECT_GT(stream_ops, 0) << transport;
+    EXPECT_LE(sum_us, tr.traced_wall_us) << transport;
+    EXPECT_GT(sum_us, 0) << transport;
+    const model::RankTrace back = model::deserialize(model::serialize(mine));
+    ASSERT_EQ(back.ops.size(), mine.ops.size());
+    for (size_t i = 0; i < mine.ops.size(); ++i) {
+      if (std::isnan(mine.ops[i].measured_host_us)) EXPECT_TRUE(std::isnan(back.ops[i].measured_host_us)) << i;
+      else EXPECT_EQ(back.ops[i].measured_host_us, mine.ops[i].measured_host_us) << i;
+    }
+    const Traced unmeasured = run_groups(transport, false, false, topts);
+    for (const model::Op& op : unmeasured.traces[me].ops)
+      EXPECT_TRUE(std::isnan(op.measured_host_us)) << transport << ": an unmeasured trace with a host time";
   }
 }
 

@@ -115,7 +115,7 @@ void TracingDevice::free_buffer(void* ptr, size_t bytes, void* impl) {
     if (runtime) on_device_sync();
     regions_.erase(it);
   }
-  append_host_call(runtime ? model::HostCall::kFreeRuntime : model::HostCall::kFreeVmm, bytes);
+  const HostTime timed(*this, append_host_call(runtime ? model::HostCall::kFreeRuntime : model::HostCall::kFreeVmm, bytes));
   inner_->free_buffer(ptr, bytes, impl);
 }
 
@@ -124,7 +124,7 @@ void TracingDevice::close_mapping(void* ptr, size_t bytes, void* impl) {
   auto it = regions_.find(reinterpret_cast<uintptr_t>(ptr));
   const bool handle = it != regions_.end() && it->second.via == model::Via::kIpcHandle;
   if (it != regions_.end()) regions_.erase(it);
-  append_host_call(handle ? model::HostCall::kCloseHandle : model::HostCall::kCloseFd, bytes);
+  const HostTime timed(*this, append_host_call(handle ? model::HostCall::kCloseHandle : model::HostCall::kCloseFd, bytes));
   inner_->close_mapping(ptr, bytes, impl);
 }
 
@@ -148,49 +148,68 @@ void TracingDevice::set_export_id(const void* ptr, uint64_t id) {
 
 DeviceBuffer TracingDevice::alloc(size_t bytes, bool exportable) {
   note_host_call("an allocation");
-  append_host_call(model::HostCall::kAllocRuntime, bytes);
-  DeviceBuffer b = inner_->alloc(bytes, exportable).rehome(this);  // its free comes through here
+  DeviceBuffer b;
+  {
+    const HostTime timed(*this, append_host_call(model::HostCall::kAllocRuntime, bytes));
+    b = inner_->alloc(bytes, exportable).rehome(this);  // its free comes through here
+  }
   note_region(b.get(), bytes, 0, model::Via::kLocal, true);
   return b;
 }
 
 DeviceBuffer TracingDevice::alloc_fd_shareable(size_t bytes) {
   note_host_call("an allocation");
-  append_host_call(model::HostCall::kAllocVmm, bytes);
-  DeviceBuffer b = inner_->alloc_fd_shareable(bytes).rehome(this);
+  DeviceBuffer b;
+  {
+    const HostTime timed(*this, append_host_call(model::HostCall::kAllocVmm, bytes));
+    b = inner_->alloc_fd_shareable(bytes).rehome(this);
+  }
   note_region(b.get(), bytes, 0, model::Via::kLocal);
   return b;
 }
 
 IpcHandle TracingDevice::export_handle(const DeviceBuffer& buf) {
   note_host_call("an export");
-  append_host_call(model::HostCall::kExportHandle, buf.bytes());
-  IpcHandle h = inner_->export_handle(buf);
+  IpcHandle h;
+  {
+    const HostTime timed(*this, append_host_call(model::HostCall::kExportHandle, buf.bytes()));
+    h = inner_->export_handle(buf);
+  }
   set_export_id(buf.get(), fnv1a(h.bytes.data(), h.bytes.size()));
   return h;
 }
 
 PeerMapping TracingDevice::open_handle(const IpcHandle& h, size_t bytes) {
   note_host_call("a mapping");
-  append_host_call(model::HostCall::kOpenHandle, bytes);
-  PeerMapping m = inner_->open_handle(h, bytes).rehome(this);  // its close comes through here
+  PeerMapping m;
+  {
+    const HostTime timed(*this, append_host_call(model::HostCall::kOpenHandle, bytes));
+    m = inner_->open_handle(h, bytes).rehome(this);  // its close comes through here
+  }
   note_region(m.get(), bytes, fnv1a(h.bytes.data(), h.bytes.size()), model::Via::kIpcHandle);
   return m;
 }
 
 int TracingDevice::export_fd(const DeviceBuffer& buf) {
   note_host_call("an export");
-  append_host_call(model::HostCall::kExportFd, buf.bytes());
-  const int fd = inner_->export_fd(buf);
+  int fd = -1;
+  {
+    const HostTime timed(*this, append_host_call(model::HostCall::kExportFd, buf.bytes()));
+    fd = inner_->export_fd(buf);
+  }
   set_export_id(buf.get(), fd_identity(fd, buf.bytes()));
   return fd;
 }
 
 PeerMapping TracingDevice::import_fd(int fd, size_t bytes) {
   note_host_call("a mapping");
-  append_host_call(model::HostCall::kImportFd, bytes);
+  const int index = append_host_call(model::HostCall::kImportFd, bytes);
   const uint64_t id = fd_identity(fd, bytes);  // before the wrapped device takes (and closes) it
-  PeerMapping m = inner_->import_fd(fd, bytes).rehome(this);
+  PeerMapping m;
+  {
+    const HostTime timed(*this, index);
+    m = inner_->import_fd(fd, bytes).rehome(this);
+  }
   note_region(m.get(), bytes, id, model::Via::kFileDescriptor);
   return m;
 }
@@ -222,12 +241,21 @@ int TracingDevice::append(Stream* s, model::Op op) {
   return index;
 }
 
-void TracingDevice::append_host_call(model::HostCall what, size_t bytes) {
+int TracingDevice::append_host_call(model::HostCall what, size_t bytes) {
   model::Op op;
   op.kind = model::OpKind::kHostCall;
   op.dims[0] = static_cast<int64_t>(what);
   op.bytes = static_cast<double>(bytes);
-  append(nullptr, op);
+  return append(nullptr, op);
+}
+
+TracingDevice::HostTime::HostTime(TracingDevice& dev, int index)
+    : dev_(dev), index_(index), t0_(std::chrono::steady_clock::now()) {}
+
+TracingDevice::HostTime::~HostTime() {
+  if (index_ == model::kNoOp || !dev_.measure_ || !dev_.recording_) return;
+  dev_.trace_.ops[static_cast<size_t>(index_)].measured_host_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
 }
 
 void TracingDevice::record_op(Stream& s, model::Op op, bool data_work, std::function<void(Stream&)> run, uint64_t key,
@@ -255,7 +283,10 @@ void TracingDevice::record_op(Stream& s, model::Op op, bool data_work, std::func
     brackets_[index] = {inner_->create_event(), inner_->create_event()};
     brackets_[index].first->record(in);
   }
-  if (!(data_work && elide_)) run(in);
+  {
+    const HostTime timed(*this, index);
+    if (!(data_work && elide_)) run(in);
+  }
   if (bracket) brackets_[index].second->record(in);
 }
 

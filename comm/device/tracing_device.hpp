@@ -30,6 +30,7 @@
 // and the layer goes on op by op: never a graph that is not the layer's.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -174,7 +175,22 @@ class TracingDevice final : public Device {
   int append(Stream* s, model::Op op);  // returns the op's index, -1 when not recording
   // A memory-management call on the host's timeline (kHostCall), when recording: its host
   // time is modelled (docs/model.md), what it waits for (a runtime free's) traced apart.
-  void append_host_call(model::HostCall what, size_t bytes);
+  // Returns the op's index (-1 when not recording).
+  int append_host_call(model::HostCall what, size_t bytes);
+  // The host time from its making to its end, kept as op `index`'s measured_host_us when the
+  // trace measures (-1: nothing kept): around the wrapped device's part of a call.
+  class HostTime {
+   public:
+    HostTime(TracingDevice& dev, int index);
+    ~HostTime();
+    HostTime(const HostTime&) = delete;
+    HostTime& operator=(const HostTime&) = delete;
+
+   private:
+    TracingDevice& dev_;
+    int index_;
+    std::chrono::steady_clock::time_point t0_;
+  };
   model::Op copy_op(void* dst, const void* src, size_t width, size_t height) const;
 
   // A host call in a graph window: taints a watch or a capture, ends a replay's holding.

@@ -62,7 +62,7 @@ void write_traced_layer(const h5::Group& run_group, const RunResult& r) {
   };
 
   std::vector<int64_t> rank, stream, kind, kernel, coll, src, dst, value, waits_for, srank, sidx, sprio;
-  std::vector<double> bytes, flops, m0, m1, s0, s1;
+  std::vector<double> bytes, flops, m0, m1, host, s0, s1;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (const auto& t : r.traces) {
     for (size_t i = 0; i < t.streams.size(); ++i) {
@@ -87,6 +87,7 @@ void write_traced_layer(const h5::Group& run_group, const RunResult& r) {
       flops.push_back(op.flops);
       m0.push_back(op.measured_start_ms);
       m1.push_back(op.measured_end_ms);
+      host.push_back(op.measured_host_us);
       const bool modeled = !r.modeled_ops.empty() && i < r.modeled_ops[t.rank].size();
       s0.push_back(modeled ? r.modeled_ops[t.rank][i].start_ms : nan);
       s1.push_back(modeled ? r.modeled_ops[t.rank][i].end_ms : nan);
@@ -107,6 +108,7 @@ void write_traced_layer(const h5::Group& run_group, const RunResult& r) {
     g.write_dataset("op_flops", n, flops.data());
     g.write_dataset("op_measured_start_ms", n, m0.data());
     g.write_dataset("op_measured_end_ms", n, m1.data());
+    g.write_dataset("op_measured_host_us", n, host.data());
     g.write_dataset("op_modeled_start_ms", n, s0.data());
     g.write_dataset("op_modeled_end_ms", n, s1.data());
   }

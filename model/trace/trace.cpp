@@ -105,6 +105,10 @@ class Reader {
   size_t pos_ = 0;
 };
 
+// The byte string's first word: "TRC1", the traces stored in reports before the ops' host times
+// (read still, their host times NaN); "TRC2", with them.
+constexpr uint32_t kTrace1 = 0x54524331u, kTrace2 = 0x54524332u;
+
 template <typename E>
 E enum_in(int v, int lo, int hi, const char* what) {
   if (v < lo || v > hi) throw std::runtime_error(std::string("trace: bad ") + what + " " + std::to_string(v));
@@ -115,7 +119,7 @@ E enum_in(int v, int lo, int hi, const char* what) {
 
 std::string serialize(const RankTrace& t) {
   Writer w;
-  w.put<uint32_t>(0x54524331u);  // "TRC1"
+  w.put<uint32_t>(kTrace2);
   w.put<int32_t>(t.rank);
   w.put<int32_t>(t.world);
   w.put<uint64_t>(t.streams.size());
@@ -155,13 +159,16 @@ std::string serialize(const RankTrace& t) {
     w.put(o.sequence);
     w.put(o.measured_start_ms);
     w.put(o.measured_end_ms);
+    w.put(o.measured_host_us);
   }
   return w.take();
 }
 
 RankTrace deserialize(const std::string& bytes) {
   Reader r(bytes);
-  if (r.get<uint32_t>() != 0x54524331u) throw std::runtime_error("trace: not a trace byte string");
+  const uint32_t magic = r.get<uint32_t>();
+  if (magic != kTrace1 && magic != kTrace2) throw std::runtime_error("trace: not a trace byte string");
+  const bool host_times = magic == kTrace2;
   RankTrace t;
   t.rank = r.get<int32_t>();
   t.world = r.get<int32_t>();
@@ -184,7 +191,7 @@ RankTrace deserialize(const std::string& bytes) {
     p.offset = r.get<uint64_t>();
     p.value = r.get<uint64_t>();
   }
-  const uint64_t n = r.count(100);
+  const uint64_t n = r.count(host_times ? 108 : 100);
   t.ops.resize(n);
   for (Op& o : t.ops) {
     o.kind = enum_in<OpKind>(r.get<int32_t>(), 0, kNumOpKinds - 1, "op kind");
@@ -207,6 +214,7 @@ RankTrace deserialize(const std::string& bytes) {
     o.sequence = r.get<int64_t>();
     o.measured_start_ms = r.get<double>();
     o.measured_end_ms = r.get<double>();
+    if (host_times) o.measured_host_us = r.get<double>();
     if (host_only(o.kind) ? o.stream != -1 : (o.stream < 0 || o.stream >= static_cast<int>(t.streams.size())))
       throw std::runtime_error("trace: op on a stream that does not exist");
     if (o.waits_for < kNoOp || o.waits_for >= static_cast<int>(n)) throw std::runtime_error("trace: bad dependency");

@@ -99,6 +99,11 @@ struct Op {
   // Measured on the device (ms from the trace's start), NaN when not measured.
   double measured_start_ms = std::nan("");
   double measured_end_ms = std::nan("");
+  // Measured on the host (us): how long the call that issued the op held the host (a stream
+  // op's enqueue, a host call's whole call, a free's wait for the device included); NaN when
+  // not measured, for host syncs, and for the copies of a batch after its first (which holds
+  // the batch's one call).
+  double measured_host_us = std::nan("");
 };
 
 struct StreamInfo {

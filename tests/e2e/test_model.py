@@ -609,6 +609,7 @@ def test_model_ops_puts_each_measured_op_beside_its_replay(app):
     for row in rows:
         measured, modelled = float(row[8]), float(row[10])
         assert measured > 0 and modelled >= 0, row
+        assert row[11] == "nan", row  # stored before the traces carried the calls' host times
     none = subprocess.run([app, "model", "ops", str(report), "--run", "floor/no-such-run"], capture_output=True,
                           text=True)
     assert none.returncode == 0 and not [ln for ln in none.stdout.splitlines() if not ln.startswith("#")]
@@ -703,3 +704,35 @@ def test_model_nodes_puts_each_bench_sequence_beside_its_replay(app):
     bad = subprocess.run([app, "model", "nodes", "--gpu", str(REPO / "inputs" / "default.h5")], capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "default.h5" in bad.stderr, bad.stderr
+
+
+def test_model_ops_gives_each_call_of_a_new_measured_layer_its_host_time(app, run, tmp_path):
+    """A layer measured now (the host device here) keeps how long each call held the host: every
+    memory call of vmm without its target cache (its targets' frees, allocations and exports)
+    and every device op's enqueue; `model ops` prints it as host_us, beside the replay's."""
+    deck = tmp_path / "floor.deck.h5"
+    made = subprocess.run([app, "deck", "new", "--name", "floor", "--seq-len", "256", "--heads", "8", "--head-dim",
+                           "64", "--dtype", "bf16", "--ulysses", "2", "--transports", "vmm", "--schedules",
+                           "baseline", "--ablations", "no-target-cache", "-o", str(deck)], capture_output=True,
+                          text=True)
+    assert made.returncode == 0, made.stderr
+    report = tmp_path / "r.h5"
+    p = run(2, str(deck), "-o", str(report), "--quiet")
+    assert p.returncode == 0, p.stderr + p.stdout
+    with h5py.File(report, "r") as f:
+        t = f["cases/floor/vmm.baseline+no-target-cache/traced_layer"]
+        kinds = list(t["op_kind"].attrs["names"])
+        kind = np.array([kinds[k] for k in t["op_kind"][()]])
+        host = t["op_measured_host_us"][()]
+        assert host.shape == kind.shape
+        assert np.all(np.isnan(host[kind == "host_sync"]))
+        calls = host[kind == "host_call"]
+        assert calls.size >= 6 and np.all(np.isfinite(calls)) and np.all(calls >= 0), calls
+        kernels = host[kind == "kernel"]
+        assert kernels.size > 0 and np.all(np.isfinite(kernels)) and np.all(kernels >= 0)
+    r = subprocess.run([app, "model", "ops", str(report), "--run", "floor/vmm.baseline+no-target-cache"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rows = [ln.split() for ln in r.stdout.splitlines() if not ln.startswith("#")]
+    printed = [float(row[11]) for row in rows if row[4].startswith("host_call/")]
+    assert len(printed) == calls.size and all(x >= 0 for x in printed), rows
