@@ -15,17 +15,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MAGIC = 0x54524331  # "TRC1"
+# The byte string's first word: "TRC2" since the ops carry their host times; "TRC1" before
+# (the traces stored in older reports, read with NaN host times).
+MAGIC, MAGIC_TRC1 = 0x54524332, 0x54524331
 
-# One op, in serialize()'s field order.
-OP_DTYPE = np.dtype([
+# One op, in serialize()'s field order (TRC1: without the last field).
+_TRC1_FIELDS = [
     ("kind", "<i4"), ("stream", "<i4"), ("kernel", "<i4"), ("collective", "<i4"),
     ("flops", "<f8"), ("bytes", "<f8"), ("dims", "<i8", (4,)),
     ("src_mem", "<u8"), ("dst_mem", "<u8"), ("src_via", "<i4"), ("dst_via", "<i4"),
     ("word_mem", "<u8"), ("word_offset", "<u8"), ("value", "<u8"),
     ("label_peer", "<i4"), ("waits_for", "<i4"), ("group", "<i4"), ("sequence", "<i8"),
     ("measured_start_ms", "<f8"), ("measured_end_ms", "<f8"),
-])
+]
+OP_DTYPE_TRC1 = np.dtype(_TRC1_FIELDS)
+OP_DTYPE = np.dtype(_TRC1_FIELDS + [("measured_host_us", "<f8")])
 
 
 class TraceBytesError(ValueError):
@@ -62,8 +66,9 @@ class _Cursor:
 def parse(b: bytes) -> RankOps:
     c = _Cursor(b)
     magic, rank, world = c.get("<Iii")
-    if magic != MAGIC:
+    if magic not in (MAGIC, MAGIC_TRC1):
         raise TraceBytesError("not a trace byte string")
+    dtype = OP_DTYPE if magic == MAGIC else OP_DTYPE_TRC1
     n = c.count(1)
     c.get(f"<{n}B")  # stream priorities (also in stream_high_priority)
     n = c.count(8)
@@ -74,10 +79,15 @@ def parse(b: bytes) -> RankOps:
     n = c.count(24)
     flat = c.get(f"<{3 * n}Q")
     prior = [tuple(flat[i:i + 3]) for i in range(0, 3 * n, 3)]
-    n = c.count(OP_DTYPE.itemsize)
-    if c.pos + n * OP_DTYPE.itemsize != len(b):
+    n = c.count(dtype.itemsize)
+    if c.pos + n * dtype.itemsize != len(b):
         raise TraceBytesError("trailing bytes")
-    ops = np.frombuffer(b, OP_DTYPE, n, c.pos)
+    ops = np.frombuffer(b, dtype, n, c.pos)
+    if dtype is OP_DTYPE_TRC1:
+        old, ops = ops, np.empty(n, OP_DTYPE)
+        for name in OP_DTYPE_TRC1.names:
+            ops[name] = old[name]
+        ops["measured_host_us"] = np.nan
     return RankOps(rank=rank, world=world, ops=ops, prior_writes=prior)
 
 
