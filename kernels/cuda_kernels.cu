@@ -383,6 +383,9 @@ __device__ __forceinline__ void load_f32x(const float* __restrict__ src, float* 
 // multiprocessor against 5, and LayerNorm's statistics in one pass over the head row, its
 // values shifted by the row's first (the shift bounds the cancellation: (x0 - mean)^2 <=
 // D var, so the variance loses at most log2(D) bits; the one pass is what fits 64 registers).
+// Not yet run on a GPU (2026-12-07: no device machine started): bench_kernels' rows "(vector,
+// lane rows 1t, Q+K one launch)" measure it beside kLaneRows, and the GPU test
+// NormRopeLaneRowsSingle checks it against the float64 reference.
 enum Walk : int { kPlain = 0, kPipelined = 1, kStaged = 2, kBlockRows = 3, kFlat = 4, kLaneRows = 5, kLaneSingle = 6 };
 constexpr bool lane_walk(int walk) { return walk == kLaneRows || walk == kLaneSingle; }
 
@@ -1324,7 +1327,10 @@ __device__ __forceinline__ void lane_rows(const BlockView<T>& bv, int64_t rows, 
 // Held so (nvcc -Xptxas -v, sm_90): 16-bit 62-96 registers at 8 or 9 chunks, 80-167 at 16; fp32 56-116;
 // no spills. (A first draft that held a head row in registers between the passes took 128 and
 // 254 at 16-bit LayerNorm unbounded, and spilled 88-264 bytes at bf16 under the bound.)
-// The single-tile walk (kLaneSingle): one 18 KB tile a block, 8 blocks (64 registers).
+// The single-tile walk (kLaneSingle): one 18 KB tile a block, 8 blocks (64 registers). ptxas
+// (sm_90): 47-62 registers, no spills, its finishing loop unrolled by 3; unrolled whole it
+// spilled 104-132 bytes at 16-bit RMS and LayerNorm of 9 chunks. At 48 registers, shared memory
+// (about 21 KB a block) and registers both allow 10 blocks.
 constexpr int lane_min_blocks(int cph, bool single) { return single ? 8 : cph <= 9 ? 5 : 3; }
 
 template <typename T, int kNorm, int kCPH, bool kSingle>
