@@ -72,9 +72,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 POST_ARGS=(--windows "$WINDOWS")
 # Simulated ranks time CPU work on a machine that other work shares: their windows'
-# timings wander with it. There the timing checks are loose smoke checks; growth and
-# parity are judged as on a GPU.
-[ "$MODE" = sim ] && POST_ARGS+=(--spread-tol 4 --p50-tol 2)
+# timings wander with it (one window of two ranks at +328% of the median window's p50 in a
+# clean-clone CI run on 2 cores, beside ctest's other job, 2026-12-07). There the timing
+# checks are loose smoke checks; growth and parity are judged as on a GPU.
+[ "$MODE" = sim ] && POST_ARGS+=(--spread-tol 4 --p50-tol 4)
 read -r -a EXTRA <<<"${SOAK_POST_ARGS:-}"
 POST_ARGS+=("${EXTRA[@]}")
 

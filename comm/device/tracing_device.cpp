@@ -250,10 +250,12 @@ int TracingDevice::append_host_call(model::HostCall what, size_t bytes) {
 }
 
 TracingDevice::HostTime::HostTime(TracingDevice& dev, int index)
-    : dev_(dev), index_(index), t0_(std::chrono::steady_clock::now()) {}
+    : dev_(dev), index_(dev.measure_ && dev.recording_ ? index : model::kNoOp) {
+  if (index_ != model::kNoOp) t0_ = std::chrono::steady_clock::now();  // a measured trace only
+}
 
 TracingDevice::HostTime::~HostTime() {
-  if (index_ == model::kNoOp || !dev_.measure_ || !dev_.recording_) return;
+  if (index_ == model::kNoOp || !dev_.recording_) return;
   dev_.trace_.ops[static_cast<size_t>(index_)].measured_host_us =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
 }
