@@ -615,11 +615,11 @@ int print_ops(const std::vector<std::string>& reports, const std::vector<std::st
           if (op.kind == model::OpKind::kHostCall)
             kind += std::string("/") + model::host_call_name(static_cast<model::HostCall>(op.dims[0]));
           const model::OpTime& t = tl.ranks[rk][i];
-          std::printf("%s %zu %zu %d %s %.0f %lldx%lldx%lldx%lld %.1f %.1f %.1f %.1f %.1f\n", name.c_str(), rk, i, op.stream,
-                      kind.c_str(), op.bytes, static_cast<long long>(op.dims[0]), static_cast<long long>(op.dims[1]),
-                      static_cast<long long>(op.dims[2]), static_cast<long long>(op.dims[3]), 1e3 * op.measured_start_ms,
-                      1e3 * (op.measured_end_ms - op.measured_start_ms), 1e3 * t.start_ms, 1e3 * (t.end_ms - t.start_ms),
-                      op.measured_host_us);
+          const auto dim = [&](int d) { return static_cast<long long>(op.dims[d]); };
+          std::printf("%s %zu %zu %d %s %.0f %lldx%lldx%lldx%lld %.1f %.1f %.1f %.1f %.1f\n", name.c_str(), rk, i,
+                      op.stream, kind.c_str(), op.bytes, dim(0), dim(1), dim(2), dim(3), 1e3 * op.measured_start_ms,
+                      1e3 * (op.measured_end_ms - op.measured_start_ms), 1e3 * t.start_ms,
+                      1e3 * (t.end_ms - t.start_ms), op.measured_host_us);
         }
     }
   return 0;

@@ -256,7 +256,8 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
                                         " (vector, pipelined 4)", " (vector, pipelined 6)", " (vector, pipelined 8)",
                                         " (vector, staged 4)", " (vector, staged 8)", " (vector, pipelined rows)",
                                         " (vector, block rows)", " (vector, lane rows)",
-                                        " (vector, lane rows, Q+K one launch)", " (vector, lane rows 1t, Q+K one launch)",
+                                        " (vector, lane rows, Q+K one launch)",
+                                        " (vector, lane rows 1t, Q+K one launch)",
                                         " (vector, flat)",
                                         " (vector, flat, Q+K one launch)", " (vector, pipelined 4, Q+K one launch)",
                                         " (vector, staged 4, Q+K one launch)", kNormRopeQkRowSuffix};

@@ -1412,9 +1412,10 @@ void norm_rope_rows_launch(cudaStream_t s, const RowSets<T>& sets, const QkView&
   // The staged walk's two row buffers per warp; the flat walk's tables and sums; the
   // lane-rows walk's two tiles and tables.
   const int row_chunks = x.heads * (x.head_dim / Vec<T>::kVE);
+  const int lane_tiles = kWalk == kLaneSingle ? 1 : 2;
   const size_t smem = kWalk == kStaged ? size_t(2) * kRowWarps * x.heads * x.head_dim * sizeof(T)
                       : kWalk == kFlat ? sizeof(float) * flat_smem(x.head_dim, x.heads, row_chunks, kNorm, sizeof(T)).floats
-                      : lane_walk(kWalk) ? static_cast<size_t>(lane_smem(x.head_dim, x.heads, sizeof(T), kWalk == kLaneSingle ? 1 : 2).bytes)
+                      : lane_walk(kWalk) ? static_cast<size_t>(lane_smem(x.head_dim, x.heads, sizeof(T), lane_tiles).bytes)
                                            : 0;
   // As many blocks as stay resident at once (asked once per kernel and shared-memory
   // size), at most one warp per row.
@@ -1938,7 +1939,8 @@ bool norm_rope_args_ok(const QkView& x, const NormRopeParams& p, int batch, int 
              "norm_rope: pipe must be -1, 0, 4, 6, 8, 12, 16 (12, 16: across-heads RMS only), " +
                  std::to_string(kNormRopeFlatPipe) + " (the flat walk), " + std::to_string(kNormRopeLaneRowsPipe) +
                  " (the lane-rows walk) or " + std::to_string(kNormRopeLaneSinglePipe) + " (its single-tile variant)");
-  UIPC_CHECK((pipe != kNormRopeFlatPipe && !lane) || batch == 0, "norm_rope: the flat and lane-rows walks exclude batch");
+  UIPC_CHECK((pipe != kNormRopeFlatPipe && !lane) || batch == 0,
+             "norm_rope: the flat and lane-rows walks exclude batch");
   UIPC_CHECK((pipe != 12 && pipe != 16) || p.norm == NormKind::kRmsAcrossHeads,
              "norm_rope: pipe 12 and 16 are across-heads walks");
   UIPC_CHECK(staged == -1 || staged == 0 || staged == 4 || staged == 8, "norm_rope: staged must be -1, 0, 4 or 8");

@@ -774,7 +774,8 @@ TEST_F(CudaKernelsTest, NormRopeLaneRowsSingle) {
   }
   expect_walk_refused(*this, pipe, "lane-rows 1t", DType::kBF16, 72, NormKind::kRmsAcrossHeads, "across-heads RMS");
   expect_walk_refused(*this, pipe, "lane-rows 1t", DType::kFP32, 72, NormKind::kLayerPerHead, "fp32");
-  expect_walk_refused(*this, pipe, "lane-rows 1t", DType::kBF16, 128, NormKind::kLayerPerHead, "bf16 heads of 16 chunks");
+  expect_walk_refused(*this, pipe, "lane-rows 1t", DType::kBF16, 128, NormKind::kLayerPerHead,
+                      "bf16 heads of 16 chunks");
 }
 
 // The shared-memory staged walk (whole rows copied in with cp.async, two buffers per

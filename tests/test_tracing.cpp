@@ -282,9 +282,9 @@ TEST(TracingHostCalls, WithoutTheTargetCacheEveryLayerImportsItsTargetsWithItNon
 
 // A measured trace times each call on the host (Op::measured_host_us): every memory call (the
 // allocations, exports, mappings and frees of a layer without the target cache) and every
-// stream op's enqueue carry a time (a copy batch's one call on its first copy), host syncs none. The calls run one after another on the
-// host, so their times sum to no more than the traced group's wall time. The byte form keeps
-// them; an unmeasured trace has none.
+// stream op's enqueue carry a time (a copy batch's one call on its first copy), host syncs
+// none. The calls run one after another on the host, so their times sum to no more than the
+// traced group's wall time. The byte form keeps them; an unmeasured trace has none.
 TEST(TracingHostCalls, AMeasuredTraceTimesEachCallOnTheHost) {
   const int me = world_rank();
   for (const std::string transport : {"vmm", "ipc"}) {

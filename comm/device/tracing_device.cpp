@@ -115,7 +115,8 @@ void TracingDevice::free_buffer(void* ptr, size_t bytes, void* impl) {
     if (runtime) on_device_sync();
     regions_.erase(it);
   }
-  const HostTime timed(*this, append_host_call(runtime ? model::HostCall::kFreeRuntime : model::HostCall::kFreeVmm, bytes));
+  const HostTime timed(*this,
+                       append_host_call(runtime ? model::HostCall::kFreeRuntime : model::HostCall::kFreeVmm, bytes));
   inner_->free_buffer(ptr, bytes, impl);
 }
 
@@ -124,7 +125,8 @@ void TracingDevice::close_mapping(void* ptr, size_t bytes, void* impl) {
   auto it = regions_.find(reinterpret_cast<uintptr_t>(ptr));
   const bool handle = it != regions_.end() && it->second.via == model::Via::kIpcHandle;
   if (it != regions_.end()) regions_.erase(it);
-  const HostTime timed(*this, append_host_call(handle ? model::HostCall::kCloseHandle : model::HostCall::kCloseFd, bytes));
+  const HostTime timed(*this,
+                       append_host_call(handle ? model::HostCall::kCloseHandle : model::HostCall::kCloseFd, bytes));
   inner_->close_mapping(ptr, bytes, impl);
 }
 
