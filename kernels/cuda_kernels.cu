@@ -1225,9 +1225,9 @@ __device__ __forceinline__ void lane_rows(const BlockView<T>& bv, int64_t rows, 
     }
   };
   // Thread t's head row: statistics, normalise, rotate, back in place. The chunks are read
-  // from shared memory for each pass (two or three), not held in registers across them:
-  // ptxas keeps a pass's reads and its arithmetic together within the register cap
-  // (lane_min_blocks).
+  // from shared memory for each pass (two or three; two for kSingle's LayerNorm), not held in
+  // registers across them: ptxas keeps a pass's reads and its arithmetic together within the
+  // register cap (lane_min_blocks).
   auto compute = [&](const Tile& tl, int buf) {
     if (t >= tl.n) return;
     char* const tile = smb + buf * lay.tile;
@@ -1287,37 +1287,27 @@ __device__ __forceinline__ void lane_rows(const BlockView<T>& bv, int64_t rows, 
     }
   };
   __syncthreads();  // the weights and frequencies
-  if constexpr (kSingle) {
-    // One tile: its copies in flight while the tokens are prepared, then computed and stored.
-    for (int64_t k = bv.block; k < tiles; k += bv.grid) {  // uniform across the block
-      copy_in(k, 0);
-      cp_async_commit();
-      const Tile tl = tile_of(k);
-      prepare(tl);
-      cp_async_wait<0>();
-      __syncthreads();
-      compute(tl, 0);
-      __syncthreads();
-      copy_out(tl, 0);
-      __syncthreads();  // the tile, rows and table free again
-    }
-    return;
-  }
+  // Double-buffered: the next tile's copies in flight while this one is computed. Single
+  // (kSingle): a tile's copies in flight only while its tokens are prepared.
   int buf = 0;
-  copy_in(bv.block, buf);
-  cp_async_commit();
+  if constexpr (!kSingle) {
+    copy_in(bv.block, buf);
+    cp_async_commit();
+  }
   for (int64_t k = bv.block; k < tiles; k += bv.grid) {  // uniform across the block
-    copy_in(k + bv.grid, buf ^ 1);  // the other buffer was stored from before the last barrier
+    if constexpr (kSingle) copy_in(k, buf);
+    else copy_in(k + bv.grid, buf ^ 1);  // the other buffer was stored from before the last barrier
     cp_async_commit();
     const Tile tl = tile_of(k);
     prepare(tl);
-    cp_async_wait<1>();  // this tile's copies (the next tile's may still be in flight)
+    if constexpr (kSingle) cp_async_wait<0>();
+    else cp_async_wait<1>();  // this tile's copies (the next tile's may still be in flight)
     __syncthreads();
     compute(tl, buf);
     __syncthreads();
     copy_out(tl, buf);
     __syncthreads();  // the tile's buffer, rows and table free again
-    buf ^= 1;
+    if constexpr (!kSingle) buf ^= 1;
   }
   cp_async_wait<0>();
 }
