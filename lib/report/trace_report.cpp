@@ -20,6 +20,7 @@ std::vector<std::string> names_of(int n, const char* (*name)(int)) {
 const char* op_name(int i) { return model::op_kind_name(static_cast<model::OpKind>(i)); }
 const char* kernel_name(int i) { return model::kernel_kind_name(static_cast<model::KernelKind>(i)); }
 const char* collective_name(int i) { return model::collective_kind_name(static_cast<model::CollectiveKind>(i)); }
+const char* host_call_name(int i) { return model::host_call_name(static_cast<model::HostCall>(i)); }
 
 // The byte form packed into int64 words (the HDF5 wrapper's integer datasets).
 std::vector<int64_t> pack(const std::string& bytes) {
@@ -61,7 +62,7 @@ void write_traced_layer(const h5::Group& run_group, const RunResult& r) {
     return it == owner.end() ? -1 : it->second;
   };
 
-  std::vector<int64_t> rank, stream, kind, kernel, coll, src, dst, value, waits_for, srank, sidx, sprio;
+  std::vector<int64_t> rank, stream, kind, kernel, coll, call, src, dst, value, waits_for, srank, sidx, sprio;
   std::vector<double> bytes, flops, m0, m1, host, s0, s1;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (const auto& t : r.traces) {
@@ -77,6 +78,7 @@ void write_traced_layer(const h5::Group& run_group, const RunResult& r) {
       kind.push_back(static_cast<int64_t>(op.kind));
       kernel.push_back(static_cast<int64_t>(op.kernel));
       coll.push_back(static_cast<int64_t>(op.collective));
+      call.push_back(op.kind == model::OpKind::kHostCall ? op.dims[0] : 0);
       const bool copy = op.kind == model::OpKind::kCopy;
       src.push_back(copy ? rank_of(op.src_mem, t.rank) : -1);
       dst.push_back(copy ? rank_of(op.dst_mem, t.rank)
@@ -100,6 +102,8 @@ void write_traced_layer(const h5::Group& run_group, const RunResult& r) {
     g.write_dataset("op_kind", n, kind.data()).write_attr("names", names_of(model::kNumOpKinds, op_name));
     g.write_dataset("op_kernel", n, kernel.data()).write_attr("names", names_of(5, kernel_name));
     g.write_dataset("op_collective", n, coll.data()).write_attr("names", names_of(4, collective_name));
+    g.write_dataset("op_host_call", n, call.data())
+        .write_attr("names", names_of(model::kLastHostCall + 1, host_call_name));
     g.write_dataset("op_src_rank", n, src.data());
     g.write_dataset("op_dst_rank", n, dst.data());
     g.write_dataset("op_value", n, value.data());

@@ -124,6 +124,8 @@ class TracedLayer:
     # Per rank, its trace in the exact byte form of model/trace.hpp (`trace_rank<R>`).
     rank_bytes: list[bytes] = field(default_factory=list)
     waits_before_trace: int = 0
+    # `op_host_call`'s names (alloc_runtime, free_vmm, ...); empty in reports before it.
+    host_call_names: list[str] = field(default_factory=list)
 
     @property
     def modeled(self) -> bool:
@@ -308,6 +310,7 @@ def _read_traced(r: _Reader, g: h5py.Group) -> TracedLayer | None:
     kinds = _texts(t["op_kind"].attrs["names"]) if "op_kind" in t else []
     kernels = _texts(t["op_kernel"].attrs["names"]) if "op_kernel" in t else []
     collectives = _texts(t["op_collective"].attrs["names"]) if "op_collective" in t else []
+    host_calls = _texts(t["op_host_call"].attrs["names"]) if "op_host_call" in t else []
     prio = {}
     if "stream_rank" in t:
         for rk, ix, hp in zip(t["stream_rank"][()], t["stream_index"][()], t["stream_high_priority"][()]):
@@ -331,7 +334,8 @@ def _read_traced(r: _Reader, g: h5py.Group) -> TracedLayer | None:
                        kind_names=kinds, kernel_names=kernels, collective_names=collectives,
                        stream_high_priority=prio, modeled_stage_ms=modeled,
                        stage_terms=terms, rank_bytes=rank_bytes,
-                       waits_before_trace=tr.integer("waits_before_trace") if "waits_before_trace" in t.attrs else 0)
+                       waits_before_trace=tr.integer("waits_before_trace") if "waits_before_trace" in t.attrs else 0,
+                       host_call_names=host_calls)
 
 
 def _read_run(path: str, case: str, tolerances: tuple[float, float], g: h5py.Group) -> Run:

@@ -20,7 +20,10 @@ Measured times count from each rank's own layer start (no common clock across ra
 a cross-rank arrow that would end before it starts is left out and counted in the
 file's `otherData` (the trace processor would drop it). Host syncs are not timed by the
 device's events, so a measured process has no host thread: its host syncs are counted in
-`otherData` instead of being drawn at invented times. Times are written in whole nanoseconds (start and end each rounded), so
+`otherData` instead of being drawn at invented times. A measured op's args carry `host_us`,
+how long its call held the host (its enqueue); memory calls (allocations, exports, frees)
+have a measured host time but no device times, so `otherData.runs[].host_calls_measured`
+lists them per rank, named, with that time. Times are written in whole nanoseconds (start and end each rounded), so
 that ops back to back on a stream stay properly nested for the trace processor, from the
 layer's start, or from the earliest op when one starts before it (Perfetto drops
 negative timestamps; `otherData.time_origin_ns` says where time 0 is).
@@ -187,9 +190,19 @@ class _Namer:
                 out.append(f"wait for event of stream {int(ops[w]['stream'])}" if w >= 0 else "wait for event")
             elif k == "host_sync":
                 out.append("host sync")
+            elif k == "host_call":
+                out.append(self._host_call(v, i))
             else:
                 out.append(k)
         return out
+
+    def _host_call(self, v: RankView, i: int) -> str:
+        """"host call free_vmm (99.0 MiB)": its kind from `op_host_call` where the report has it."""
+        names, row = self.t.host_call_names, v.rows[i]
+        c = int(self.t.ops["op_host_call"][row]) if "op_host_call" in self.t.ops else -1
+        what = names[c] if 0 < c < len(names) else "memory"
+        size = float(v.ops[i]["bytes"])
+        return f"host call {what}" + (f" ({size / 2**20:.1f} MiB)" if size > 0 else "")
 
     def _collective(self, op: np.void) -> str:
         names = self.t.collective_names
@@ -479,6 +492,8 @@ class _RunExport:
                 self._op(pid, v, i, kinds[i])
             else:
                 self.untimed[kinds[i]] = self.untimed.get(kinds[i], 0) + 1
+        if self.view == "measured":
+            self._host_calls(v, kinds)
         self._stages(pid, v)
 
     def _op(self, pid: int, v: RankView, i: int, kind: str) -> None:
@@ -488,6 +503,9 @@ class _RunExport:
         args.update({"op": i, "rank": v.rank, "kind": kind, "start_ms": t0, "end_ms": t1, "times": self.view})
         if kind in ("kernel", "copy"):
             args["dims"] = [int(d) for d in op["dims"]]
+        host_us = float(op["measured_host_us"])
+        if self.view == "measured" and math.isfinite(host_us):
+            args["host_us"] = host_us  # how long its call held the host (its enqueue)
         if kind in ("write_value", "wait_value"):
             args["epoch"] = int(op["value"])
         if kind == "wait_value":
@@ -505,6 +523,15 @@ class _RunExport:
             marker = f"epoch {int(op['value'])} released" if kind == "wait_value" else "event ready"
             self.w.defer(pid, _Slice(marker, tid, t1, t1, {"wait_op": i, "rank": v.rank, "times": self.view}),
                          cat=f"release,{self.view}", flow={"bind_id": self.bind[src], "flow_in": True})
+
+    def _host_calls(self, v: RankView, kinds: list[str]) -> None:
+        """A memory call has a measured host time but no device times, so no place on the
+        timeline: listed in `otherData`, per rank in issue order, with its name."""
+        calls = [{"op": i, "name": v.names[i], "host_us": float(op["measured_host_us"])}
+                 for i, op in enumerate(v.ops)
+                 if kinds[i] == "host_call" and math.isfinite(float(op["measured_host_us"]))]
+        if calls:
+            self.info.setdefault("host_calls_measured", {})[f"rank {v.rank}"] = calls
 
     def _stages(self, pid: int, v: RankView) -> None:
         spans, skipped = _stage_spans(self.t, v.rank, self.end[v.rows])

@@ -730,9 +730,14 @@ def test_model_ops_gives_each_call_of_a_new_measured_layer_its_host_time(app, ru
         assert calls.size >= 6 and np.all(np.isfinite(calls)) and np.all(calls >= 0), calls
         kernels = host[kind == "kernel"]
         assert kernels.size > 0 and np.all(np.isfinite(kernels)) and np.all(kernels >= 0)
+        call_names = list(t["op_host_call"].attrs["names"])
+        call_kind = [call_names[c] for c, k in zip(t["op_host_call"][()], kind) if k == "host_call"]
+        assert np.all(t["op_host_call"][()][kind != "host_call"] == 0)
     r = subprocess.run([app, "model", "ops", str(report), "--run", "floor/vmm.baseline+no-target-cache"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     rows = [ln.split() for ln in r.stdout.splitlines() if not ln.startswith("#")]
     printed = [float(row[11]) for row in rows if row[4].startswith("host_call/")]
+    # The report's column names each call as the trace's byte form does (model ops reads that).
+    assert [row[4].split("/", 1)[1] for row in rows if row[4].startswith("host_call/")] == call_kind
     assert len(printed) == calls.size and all(x >= 0 for x in printed), rows

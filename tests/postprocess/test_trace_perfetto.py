@@ -234,3 +234,53 @@ def test_trace_choice_of_runs_and_errors(tmp_path):
     none = run_cli("trace", str(NO_TRACE_REPORT), "-o", str(tmp_path / "y.json"))
     assert none.rc == 2 and "no traced layer" in none.err and "Traceback" not in none.err
     assert not (tmp_path / "y.json").exists()
+
+
+def test_measured_host_times_in_the_export(app, tmp_path):
+    """A layer measured now keeps each call's host time (`op_measured_host_us`): every measured
+    device op's slice carries it as `host_us`, and the memory calls (no device times, so no
+    slice) are listed per rank in `otherData`, named by `op_host_call`, each with its time."""
+    deck = tmp_path / "calls.deck.h5"
+    made = subprocess.run([str(app), "deck", "new", "--name", "calls", "--seq-len", "128", "--heads", "4",
+                           "--head-dim", "16", "--ulysses", "2", "--transports", "vmm,ipc", "--schedules", "baseline",
+                           "--ablations", "no-target-cache", "-o", str(deck)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    report = tmp_path / "calls.h5"
+    p = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", str(app), str(deck), "-o", str(report), "--quiet"],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = tmp_path / "calls.json"
+    r = run_cli("trace", str(report), "-o", str(out))
+    assert r.rc == 0, r.err
+    doc = json.loads(out.read_text())
+    exported = {x["run"]: x for x in doc["otherData"]["runs"]}
+    seen_calls = set()
+    with h5py.File(report, "r") as f:
+        for run in ("vmm.baseline+no-target-cache", "ipc.baseline+no-target-cache"):
+            t = f[f"cases/calls/{run}/traced_layer"]
+            kinds = _texts(t["op_kind"].attrs["names"])
+            call_names = _texts(t["op_host_call"].attrs["names"])
+            kind = [kinds[k] for k in t["op_kind"][()]]
+            rank, host, call = t["op_rank"][()], t["op_measured_host_us"][()], t["op_host_call"][()]
+            first = {rk: int(np.flatnonzero(rank == rk)[0]) for rk in set(rank.tolist())}
+            for rk in sorted(first):
+                want = [{"op": i - first[rk], "name": call_names[call[i]], "host_us": float(host[i])}
+                        for i in range(len(kind)) if rank[i] == rk and kind[i] == "host_call"]
+                assert want and all(w["name"] != "none" and np.isfinite(w["host_us"]) for w in want), run
+                got = exported[run]["host_calls_measured"][f"rank {rk}"]
+                assert [g["op"] for g in got] == [w["op"] for w in want], run
+                assert [g["host_us"] for g in got] == [w["host_us"] for w in want], run
+                assert all(g["name"].startswith(f"host call {w['name']}") for g, w in zip(got, want)), got
+                seen_calls |= {w["name"] for w in want}
+            # Each measured device op's slice: its row's host time, exactly.
+            names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
+            slices = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e["cat"] == "op,measured"
+                      and names[e["pid"]].startswith(f"calls/{run}: ")]
+            assert slices
+            for e in slices:
+                rk, i = e["args"]["rank"], e["args"]["op"]
+                h = float(host[first[rk] + i])
+                assert e["args"].get("host_us") == (h if np.isfinite(h) else None), e
+            assert sum("host_us" in e["args"] for e in slices) > len(slices) // 2
+    assert {"alloc_vmm", "free_vmm", "export_fd", "import_fd", "alloc_runtime", "free_runtime"} <= seen_calls
