@@ -57,7 +57,10 @@ const std::vector<ParamSpec>& parameter_specs() {
        "host time of a vmm descriptor's import + reserve + map + set access (an IPC handle's open, not measured, "
        "costs host_api_us)"},
       {"host_unmap_us", "us", 0, 1e4,
-       "host time of a free (after any wait for the device, traced apart) or of a descriptor mapping's close"},
+       "host time of a free (after any wait for the device, traced apart) or of a descriptor mapping's close, "
+       "at no size"},
+      {"host_free_us_per_mib", "us/MiB", 0, 100,
+       "host time a free adds per MiB it frees (unmapping its pages), beside host_unmap_us; a close adds none"},
       {"copy_engines", "engines", 1, 64, "copy engines per GPU (peer copies that run on engines queue for one)"},
       {"peer_copy_on_sm", "0/1", 0, 1, "1: peer copies run on SMs like same-device copies; 0: on copy engines"},
       {"copy_engine_gbs", "GB/s", 1, 1e5, "most one copy engine moves"},

@@ -26,6 +26,7 @@ struct Rates {
   double kernel_lat, copy_lat, hop, work_hop, event_record, memop, link_lat, nic_lat, nccl_lat;  // ms
   double host_launch, host_gemm, host_attention, host_nccl, host_copy, host_api, skew;  // ms
   double host_alloc, host_export, host_import, host_unmap;  // ms
+  double host_free_per_byte;  // ms per byte freed
   double sm_copy_share, kernel_share, ipc_factor, nccl_link, nccl_nic, nccl_peer, fp32_out, spread, peer_beside_gemm;
   double copy_behind_gemm;
   int engines;
@@ -70,6 +71,7 @@ struct Rates {
     host_export = us("host_export_us");
     host_import = us("host_import_us");
     host_unmap = us("host_unmap_us");
+    host_free_per_byte = us("host_free_us_per_mib") / (1024.0 * 1024.0);
     skew = us("start_skew_us");
     sm_copy_share = mc.p("sm_copy_share");
     kernel_share = mc.p("kernel_share_beside_copy");
@@ -504,7 +506,7 @@ class Simulation {
       case HostCall::kExportFd: return r_.host_export;
       case HostCall::kImportFd: return r_.host_import;
       case HostCall::kFreeRuntime:
-      case HostCall::kFreeVmm:
+      case HostCall::kFreeVmm: return r_.host_unmap + r_.host_free_per_byte * op.bytes;
       case HostCall::kCloseFd: return r_.host_unmap;
       default: return r_.host_api;  // export_fd, and the IPC handle's export, open and close
     }

@@ -708,37 +708,42 @@ TEST(Simulator, EachKindOfCallCostsTheHostItsOwn) {
 TEST(Simulator, AMemoryCallHoldsTheHostForItsMeasuredCost) {
   // Each host call between two kernels delays the second's issue by exactly its cost:
   // allocations host_alloc_us, a descriptor's export host_export_us and its import
-  // host_import_us, frees and a descriptor mapping's close host_unmap_us, and the calls no
-  // bench timed (an IPC handle's export, open and close) host_api_us.
+  // host_import_us, a descriptor mapping's close host_unmap_us, a free host_unmap_us and
+  // host_free_us_per_mib for each MiB it frees (at 2 and 32 MiB), and the calls no bench
+  // timed (an IPC handle's export, open and close) host_api_us.
   const Machine m = with_host_costs({{"host_launch_us", 3},
                                      {"host_api_us", 2},
                                      {"host_alloc_us", 60},
                                      {"host_export_us", 580},
                                      {"host_import_us", 600},
-                                     {"host_unmap_us", 50}});
-  const std::map<HostCall, double> cost_us = {
-      {HostCall::kAllocRuntime, 60}, {HostCall::kAllocVmm, 60},    {HostCall::kExportHandle, 2},
-      {HostCall::kExportFd, 580},    {HostCall::kOpenHandle, 2},   {HostCall::kImportFd, 600},
-      {HostCall::kFreeRuntime, 50},  {HostCall::kFreeVmm, 50},     {HostCall::kCloseHandle, 2},
-      {HostCall::kCloseFd, 50}};
-  ASSERT_EQ(static_cast<int>(cost_us.size()), kLastHostCall);
-  for (const auto& [call, us] : cost_us) {
-    auto b = ranks(1, 1);
-    const int k0 = b[0].kernel_norm(0, 0);
-    Op h;
-    h.kind = OpKind::kHostCall;
-    h.dims[0] = static_cast<int64_t>(call);
-    h.bytes = 32 << 20;
-    const int hc = b[0].add(h);
-    const int k1 = b[0].kernel_norm(0, 0);
-    for (const Issue issue : {Issue::kOpByOp, Issue::kGraphReplay}) {
-      const Timeline tl = simulate(traces(b), m, issue);
-      const double first = issue == Issue::kOpByOp ? 0.003 : 0.002;  // a launch call, or the graph's one
-      const double next = issue == Issue::kOpByOp ? 0.003 : 0.0;
-      EXPECT_NEAR(tl.ranks[0][k0].start_ms, first, 1e-12) << host_call_name(call);
-      EXPECT_NEAR(tl.ranks[0][hc].start_ms, first, 1e-12) << host_call_name(call);
-      EXPECT_NEAR(tl.ranks[0][hc].end_ms, first + us * 1e-3, 1e-12) << host_call_name(call);
-      EXPECT_NEAR(tl.ranks[0][k1].start_ms, first + us * 1e-3 + next, 1e-12) << host_call_name(call);
+                                     {"host_unmap_us", 50},
+                                     {"host_free_us_per_mib", 0.5}});
+  for (const int mib : {2, 32}) {
+    const double free_us = 50 + 0.5 * mib;
+    const std::map<HostCall, double> cost_us = {
+        {HostCall::kAllocRuntime, 60},     {HostCall::kAllocVmm, 60},     {HostCall::kExportHandle, 2},
+        {HostCall::kExportFd, 580},        {HostCall::kOpenHandle, 2},    {HostCall::kImportFd, 600},
+        {HostCall::kFreeRuntime, free_us}, {HostCall::kFreeVmm, free_us}, {HostCall::kCloseHandle, 2},
+        {HostCall::kCloseFd, 50}};
+    ASSERT_EQ(static_cast<int>(cost_us.size()), kLastHostCall);
+    for (const auto& [call, us] : cost_us) {
+      auto b = ranks(1, 1);
+      const int k0 = b[0].kernel_norm(0, 0);
+      Op h;
+      h.kind = OpKind::kHostCall;
+      h.dims[0] = static_cast<int64_t>(call);
+      h.bytes = static_cast<double>(mib) * (1 << 20);
+      const int hc = b[0].add(h);
+      const int k1 = b[0].kernel_norm(0, 0);
+      for (const Issue issue : {Issue::kOpByOp, Issue::kGraphReplay}) {
+        const Timeline tl = simulate(traces(b), m, issue);
+        const double first = issue == Issue::kOpByOp ? 0.003 : 0.002;  // a launch call, or the graph's one
+        const double next = issue == Issue::kOpByOp ? 0.003 : 0.0;
+        EXPECT_NEAR(tl.ranks[0][k0].start_ms, first, 1e-12) << host_call_name(call);
+        EXPECT_NEAR(tl.ranks[0][hc].start_ms, first, 1e-12) << host_call_name(call);
+        EXPECT_NEAR(tl.ranks[0][hc].end_ms, first + us * 1e-3, 1e-12) << host_call_name(call);
+        EXPECT_NEAR(tl.ranks[0][k1].start_ms, first + us * 1e-3 + next, 1e-12) << host_call_name(call);
+      }
     }
   }
 }

@@ -29,7 +29,7 @@ enum class OpKind : int {
   kHostCall = 9,         // a memory-management call on the host (HostCall in dims[0])
 };
 constexpr int kNumOpKinds = 10;  // OpKind's values are 0 .. kNumOpKinds - 1
-// What a kHostCall op is (its dims[0]; bytes: the size allocated, exported or mapped).
+// What a kHostCall op is (its dims[0]; bytes: the size allocated, exported, mapped or freed).
 // Allocations, exports, mappings and frees cost the host real time (bench_kernels' alloc
 // rows) and wait for no stream; a runtime free's wait for the device is traced apart, as
 // host syncs before it.
