@@ -508,7 +508,7 @@ class Simulation {
       case HostCall::kFreeRuntime:
       case HostCall::kFreeVmm: return r_.host_unmap + r_.host_free_per_byte * op.bytes;
       case HostCall::kCloseFd: return r_.host_unmap;
-      default: return r_.host_api;  // export_fd, and the IPC handle's export, open and close
+      default: return r_.host_api;  // the IPC handle's export, open and close
     }
   }
 

@@ -23,10 +23,10 @@ device's events, so a measured process has no host thread: its host syncs are co
 `otherData` instead of being drawn at invented times. A measured op's args carry `host_us`,
 how long its call held the host (its enqueue); memory calls (allocations, exports, frees)
 have a measured host time but no device times, so `otherData.runs[].host_calls_measured`
-lists them per rank, named, with that time. Times are written in whole nanoseconds (start and end each rounded), so
-that ops back to back on a stream stay properly nested for the trace processor, from the
-layer's start, or from the earliest op when one starts before it (Perfetto drops
-negative timestamps; `otherData.time_origin_ns` says where time 0 is).
+lists them per rank, named, with that time. Times are written in whole nanoseconds (start
+and end each rounded), so that ops back to back on a stream stay properly nested for the
+trace processor, from the layer's start, or from the earliest op when one starts before it
+(Perfetto drops negative timestamps; `otherData.time_origin_ns` says where time 0 is).
 """
 
 from __future__ import annotations
