@@ -632,15 +632,9 @@ std::string today() {
   return b;
 }
 
-}  // namespace
-
-int model_command(int argc, char** argv) {
-  std::string text;
-  const Options o = parse(argc, argv, &text);
-  if (!text.empty()) {
-    std::fputs(text.c_str(), stdout);
-    return 0;
-  }
+// The machine the command models: the named file, with the profiles of --rates, the host
+// costs of predict's --host and the device costs of --gpu in place of its own.
+model::Machine base_machine(const Options& o) {
   model::Machine base = model::load_machine(model::machine_path(o.machine));
   if (!o.rates.empty()) {
     BenchRates rates = read_bench_rates(o.rates);
@@ -655,78 +649,90 @@ int model_command(int argc, char** argv) {
       p.source = std::string(kHostCostsSource) + "bench_kernels' floor-op rows (" + o.host_bench + ")";
     }
   if (!o.gpu_bench.empty()) base.device = read_device_costs(o.gpu_bench);  // predict on the GPU it measured
-  if (o.command == "nccl") return print_modeled_alltoall(base, o.nccl_ranks, o.markdown);
-  if (o.command == "kernel") return print_modeled_kernels(base, o.gemms, o.attentions);
-  if (o.command == "predict") return model_predict(o.predict_reports, base, o.output);
-  if (o.command == "ops") return print_ops(o.predict_reports, o.op_runs, base);
-  if (o.command == "nodes") return print_node_rows(base, o.gpu_bench, o.markdown);
-  const std::vector<Joined> joined = join_pairs(o);
-  const int jobs = o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return base;
+}
 
-  if (o.command == "calibrate") {
-    std::set<std::string> skip(o.without.begin(), o.without.end());
-    std::string from;
-    for (const auto& p : o.pairs)
-      if (!skip.count(p.first)) from += (from.empty() ? "" : ", ") + base_name(p.first);
-    model::FitResult fit =
-        model::calibrate(replays(joined, skip), base, kNumStages, "ulysses-ipc model calibrate on " + today() + " to " + from, jobs);
-    std::ofstream out(o.output);
-    out << model::machine_to_json(fit.machine);
-    out.close();
-    if (!out) throw RuntimeError(o.output + ": cannot write the machine file");
-    std::printf("calibrated %s: %zu free parameter(s), rms log error %.4f after %d replays; wrote %s\n",
-                base.name.c_str(), [&] { size_t n = 0; for (auto& [k, p] : base.params) n += p.free; return n; }(),
-                std::sqrt(fit.objective), fit.evaluations, o.output.c_str());
-    for (const auto& [name, p] : fit.machine.params)
-      if (p.free) std::printf("  %-26s %10.4g  (in [%g, %g])\n", name.c_str(), p.value, p.lo, p.hi);
-    return 0;
+// `model calibrate`: fit the machine's free parameters to every pair but --without's; write it.
+int calibrate_command(const Options& o, const std::vector<Joined>& joined, const model::Machine& base, int jobs) {
+  std::set<std::string> skip(o.without.begin(), o.without.end());
+  std::string from;
+  for (const auto& p : o.pairs)
+    if (!skip.count(p.first)) from += (from.empty() ? "" : ", ") + base_name(p.first);
+  model::FitResult fit =
+      model::calibrate(replays(joined, skip), base, kNumStages, "ulysses-ipc model calibrate on " + today() + " to " + from, jobs);
+  std::ofstream out(o.output);
+  out << model::machine_to_json(fit.machine);
+  out.close();
+  if (!out) throw RuntimeError(o.output + ": cannot write the machine file");
+  size_t free_params = 0;
+  for (const auto& [name, p] : base.params) free_params += p.free;
+  std::printf("calibrated %s: %zu free parameter(s), rms log error %.4f after %d replays; wrote %s\n",
+              base.name.c_str(), free_params, std::sqrt(fit.objective), fit.evaluations, o.output.c_str());
+  for (const auto& [name, p] : fit.machine.params)
+    if (p.free) std::printf("  %-26s %10.4g  (in [%g, %g])\n", name.c_str(), p.value, p.lo, p.hi);
+  return 0;
+}
+
+// The first joined run of a measured report: where join_pairs put the costs of its --host or
+// --gpu bench (nullptr when no run of it joined: nothing replayed with them).
+const Joined* first_run_of(const std::vector<Joined>& joined, const std::string& report) {
+  const auto j = std::find_if(joined.begin(), joined.end(), [&](const Joined& x) { return x.measured_report == report; });
+  return j == joined.end() ? nullptr : &*j;
+}
+
+// validate's header lines: which reports replay with their own host's call costs, and what.
+void print_own_hosts(const Options& o, const std::vector<Joined>& joined) {
+  for (const auto& [report, bench] : o.host) {
+    const Joined* j = first_run_of(joined, report);
+    if (!j) continue;
+    std::string costs;
+    for (const auto& [name, us] : j->replay.host_costs) {
+      char b[64];
+      std::snprintf(b, sizeof(b), " %s %.2f", name.c_str(), us);
+      costs += b;
+    }
+    std::printf("%s%s: its host's call costs from %s:%s\n", o.markdown ? "" : "# ", base_name(report).c_str(),
+                bench.c_str(), costs.c_str());
   }
+}
 
+// validate's header lines: which reports replay with their own GPU's device costs, and what.
+void print_own_gpus(const Options& o, const std::vector<Joined>& joined) {
+  auto both = [](const model::IssueCost& c) {
+    char b[48];
+    std::snprintf(b, sizeof(b), "%.2f/%.2f", c.op_by_op, c.graph);
+    return std::string(b);
+  };
+  for (const auto& [report, bench] : o.gpu) {
+    const Joined* j = first_run_of(joined, report);
+    if (!j) continue;
+    const model::DeviceCosts& d = j->replay.device;
+    std::printf("%s%s: its GPU's device costs from %s (us, op by op/graph): empty kernel %s, record %s, memop %s, "
+                "nccl at one rank %s; least in all: gemm %s, norm_rope %s, attention %s, convert %s, copy %s\n",
+                o.markdown ? "" : "# ", base_name(report).c_str(), bench.c_str(), both(d.empty_kernel).c_str(),
+                both(d.record_after_work).c_str(), both(d.memop).c_str(), both(d.nccl_one_rank).c_str(),
+                both(d.gemm).c_str(), both(d.norm_rope).c_str(), both(d.attention).c_str(), both(d.convert).c_str(),
+                both(d.copy).c_str());
+  }
+}
+
+// `model validate`: every joined run replayed on the machine as it is, stage by stage.
+int validate_command(const Options& o, const std::vector<Joined>& joined, const model::Machine& base) {
   std::vector<Row> rows;
-  if (o.command == "validate") {
-    for (const Joined& j : joined)
-      rows.push_back({base_name(j.measured_report), j.case_name, j.run_name, j.replay.measured,
-                      model::modeled_stages(j.replay, base, kNumStages)});
-    std::printf("%smodelled on %s against measured medians (critical path), stage by stage\n",
-                o.markdown ? "" : "# ", base.name.c_str());
-    // Which reports replay with their own host's costs, and what: the costs join_pairs read,
-    // from the first run of each such report.
-    for (const auto& [report, bench] : o.host) {
-      const auto j = std::find_if(joined.begin(), joined.end(),
-                                  [&, &report = report](const Joined& x) { return x.measured_report == report; });
-      if (j == joined.end()) continue;  // no run of it joined: nothing replayed with them
-      std::string costs;
-      for (const auto& [name, us] : j->replay.host_costs) {
-        char b[64];
-        std::snprintf(b, sizeof(b), " %s %.2f", name.c_str(), us);
-        costs += b;
-      }
-      std::printf("%s%s: its host's call costs from %s:%s\n", o.markdown ? "" : "# ", base_name(report).c_str(),
-                  bench.c_str(), costs.c_str());
-    }
-    for (const auto& [report, bench] : o.gpu) {
-      const auto j = std::find_if(joined.begin(), joined.end(),
-                                  [&, &report = report](const Joined& x) { return x.measured_report == report; });
-      if (j == joined.end()) continue;
-      const model::DeviceCosts& d = j->replay.device;
-      auto both = [](const model::IssueCost& c) {
-        char b[48];
-        std::snprintf(b, sizeof(b), "%.2f/%.2f", c.op_by_op, c.graph);
-        return std::string(b);
-      };
-      std::printf("%s%s: its GPU's device costs from %s (us, op by op/graph): empty kernel %s, record %s, memop %s, "
-                  "nccl at one rank %s; least in all: gemm %s, norm_rope %s, attention %s, convert %s, copy %s\n",
-                  o.markdown ? "" : "# ", base_name(report).c_str(), bench.c_str(), both(d.empty_kernel).c_str(),
-                  both(d.record_after_work).c_str(), both(d.memop).c_str(), both(d.nccl_one_rank).c_str(),
-                  both(d.gemm).c_str(), both(d.norm_rope).c_str(), both(d.attention).c_str(), both(d.convert).c_str(),
-                  both(d.copy).c_str());
-    }
-    print_rows(rows, o.markdown, stdout);
-    return 0;
-  }
+  for (const Joined& j : joined)
+    rows.push_back({base_name(j.measured_report), j.case_name, j.run_name, j.replay.measured,
+                    model::modeled_stages(j.replay, base, kNumStages)});
+  std::printf("%smodelled on %s against measured medians (critical path), stage by stage\n",
+              o.markdown ? "" : "# ", base.name.c_str());
+  print_own_hosts(o, joined);
+  print_own_gpus(o, joined);
+  print_rows(rows, o.markdown, stdout);
+  return 0;
+}
 
-  // loo: each measured report (with the others of its --group) predicted by a machine fitted
-  // to the rest.
+// `model loo`: each measured report (with the others of its --group) predicted by a machine
+// fitted to the rest.
+int loo_command(const Options& o, const std::vector<Joined>& joined, const model::Machine& base, int jobs) {
   std::vector<std::string> groups;  // in the order of the pairs
   auto group_of = [&](const std::string& report) {
     const auto g = o.group.find(report);
@@ -735,6 +741,7 @@ int model_command(int argc, char** argv) {
   for (const auto& p : o.pairs)
     if (std::find(groups.begin(), groups.end(), group_of(p.first)) == groups.end()) groups.push_back(group_of(p.first));
   if (groups.size() < 2) throw InputError("model loo: needs at least two measured reports (or groups)");
+  std::vector<Row> rows;
   for (const std::string& g : groups) {
     std::set<std::string> left_out;
     std::string names;
@@ -752,6 +759,28 @@ int model_command(int argc, char** argv) {
               o.markdown ? "" : "# ", base.name.c_str());
   print_rows(rows, o.markdown, stdout);
   return 0;
+}
+
+}  // namespace
+
+int model_command(int argc, char** argv) {
+  std::string text;
+  const Options o = parse(argc, argv, &text);
+  if (!text.empty()) {
+    std::fputs(text.c_str(), stdout);
+    return 0;
+  }
+  const model::Machine base = base_machine(o);
+  if (o.command == "nccl") return print_modeled_alltoall(base, o.nccl_ranks, o.markdown);
+  if (o.command == "kernel") return print_modeled_kernels(base, o.gemms, o.attentions);
+  if (o.command == "predict") return model_predict(o.predict_reports, base, o.output);
+  if (o.command == "ops") return print_ops(o.predict_reports, o.op_runs, base);
+  if (o.command == "nodes") return print_node_rows(base, o.gpu_bench, o.markdown);
+  const std::vector<Joined> joined = join_pairs(o);
+  const int jobs = o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (o.command == "calibrate") return calibrate_command(o, joined, base, jobs);
+  if (o.command == "validate") return validate_command(o, joined, base);
+  return loo_command(o, joined, base, jobs);
 }
 
 }  // namespace uipc
