@@ -116,8 +116,9 @@ std::vector<std::vector<double>> critical_path_samples(const RunResult& r) {
   return samples;
 }
 
-void write_run(const h5::Group& cg, const RunResult& r) {
-  h5::Group g = cg.create_group(run_group_name(r));
+// What ran and how it went: the transport asked for and used, the schedule and ablation,
+// parity, the target cache and the graphs.
+void write_run_identity(const h5::Group& g, const RunResult& r) {
   g.write_attr("transport", r.transport_requested);
   g.write_attr("transport_used", r.transport_used);
   g.write_attr("fallback_reason", r.fallback_reason);
@@ -148,6 +149,10 @@ void write_run(const h5::Group& cg, const RunResult& r) {
   g.write_attr("graph_divergences", r.graph_divergences);
   g.write_attr("graph_last_divergence", r.graph_last_divergence);
   g.write_attr("stage_timing", r.stage_timing);
+}
+
+// One value per timed layer of rank 0: its host's enqueue time and whether it was a replayed graph.
+void write_per_layer(const h5::Group& g, const RunResult& r) {
   if (!r.host_enqueue_ms.empty()) {
     UIPC_CHECK(r.host_enqueue_ms.size() == static_cast<size_t>(r.repeats) * static_cast<size_t>(r.iterations),
                "host_enqueue_ms does not hold one value per timed layer");
@@ -162,6 +167,10 @@ void write_run(const h5::Group& cg, const RunResult& r) {
     gr.write_attr("dims", std::vector<std::string>{"repeat", "iteration"});
     gr.write_attr("description", "1: rank 0's timed layer was a replayed graph; 0: issued op by op (watched, captured or fallen back)");
   }
+}
+
+// The timed window, the bytes moved and the run's dimensions.
+void write_run_shape(const h5::Group& g, const RunResult& r) {
   g.write_attr("timed_wall_start_s", r.timed_wall_start_s);
   g.write_attr("timed_wall_end_s", r.timed_wall_end_s);
   g.write_attr("scatter_bytes_per_rank", r.scatter_bytes_per_rank);
@@ -169,7 +178,10 @@ void write_run(const h5::Group& cg, const RunResult& r) {
   g.write_attr("repeats", r.repeats);
   g.write_attr("iterations", r.iterations);
   g.write_attr("ranks", r.ranks);
+}
 
+// Every stage of every layer on every rank, and V's copy and its overlap.
+void write_stage_times(const h5::Group& g, const RunResult& r) {
   h5::Dataset st = g.write_dataset("stage_ms", {r.repeats, r.iterations, r.ranks, kNumStages}, r.stage_ms.data());
   st.write_attr("units", "ms");
   st.write_attr("stages", stage_names());
@@ -185,7 +197,10 @@ void write_run(const h5::Group& cg, const RunResult& r) {
     vc.write_attr("units", "ms");
     vc.write_attr("dims", std::vector<std::string>{"repeat", "iteration", "rank"});
   }
+}
 
+// How the work was split (tokens and heads per rank) and, over diffusion steps, the error per step.
+void write_split_and_steps(const h5::Group& g, const RunResult& r) {
   g.write_attr("tokens_per_rank", r.tokens_per_rank);
   g.write_attr("heads_per_rank", r.heads_per_rank);
   g.write_attr("token_imbalance", r.token_imbalance);
@@ -206,7 +221,10 @@ void write_run(const h5::Group& cg, const RunResult& r) {
       d.write_attr("dims", dims);
     }
   }
+}
 
+// The critical path's median, p10 and p90 per stage, and the scatter's bandwidth at its median.
+void write_statistics(const h5::Group& g, const RunResult& r) {
   std::vector<std::vector<double>> samples = critical_path_samples(r);
   std::vector<double> med(kNumStages), p10(kNumStages), p90(kNumStages);
   for (int s = 0; s < kNumStages; ++s) {
@@ -224,6 +242,16 @@ void write_run(const h5::Group& cg, const RunResult& r) {
                    ? static_cast<double>(r.scatter_bytes_per_rank) / (scatter_ms * 1e-3) / 1e9
                    : 0.0;
   g.write_attr("scatter_bandwidth_gbs", gbs);
+}
+
+void write_run(const h5::Group& cg, const RunResult& r) {
+  h5::Group g = cg.create_group(run_group_name(r));
+  write_run_identity(g, r);
+  write_per_layer(g, r);
+  write_run_shape(g, r);
+  write_stage_times(g, r);
+  write_split_and_steps(g, r);
+  write_statistics(g, r);
   write_traced_layer(g, r);
 }
 
