@@ -38,65 +38,46 @@ std::string unpack(const std::vector<int64_t>& words, int64_t n) {
 
 }  // namespace
 
-void write_traced_layer(const h5::Group& run_group, const RunResult& r) {
-  if (r.traces.empty()) return;
-  h5::Group g = run_group.create_group("traced_layer");
-  const int world = static_cast<int>(r.traces.size());
-  g.write_attr("machine", r.machine);
-  g.write_attr("model_note", r.model_note);
-  g.write_attr("modeled_as", r.modeled_as);
-  g.write_attr("waits_before_trace", static_cast<int64_t>(r.modeled_waits_before_trace));
-  bool measured = false;
-  for (const auto& t : r.traces)
-    for (const auto& op : t.ops) measured = measured || std::isfinite(op.measured_start_ms);
-  g.write_attr("measured", measured ? 1 : 0);
-  g.write_attr("times_units", "ms");
+namespace {
 
-  // Who owns each exported memory id: the columns say which rank a copy reads and writes.
-  std::map<uint64_t, int> owner;
-  for (const auto& t : r.traces)
-    for (uint64_t e : t.exported) owner.emplace(e, t.rank);
-  auto rank_of = [&](uint64_t mem, int self) -> int64_t {
-    if (mem == 0) return self;
-    auto it = owner.find(mem);
-    return it == owner.end() ? -1 : it->second;
-  };
-
-  std::vector<int64_t> rank, stream, kind, kernel, coll, call, src, dst, value, waits_for, srank, sidx, sprio;
+// The traced layer's ops as columns, one row per op of every rank (docs/report.md).
+struct OpColumns {
+  std::vector<int64_t> rank, stream, kind, kernel, coll, call, src, dst, value, waits_for;
   std::vector<double> bytes, flops, m0, m1, host, s0, s1;
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (const auto& t : r.traces) {
-    for (size_t i = 0; i < t.streams.size(); ++i) {
-      srank.push_back(t.rank);
-      sidx.push_back(static_cast<int64_t>(i));
-      sprio.push_back(t.streams[i].high_priority ? 1 : 0);
-    }
-    for (size_t i = 0; i < t.ops.size(); ++i) {
-      const model::Op& op = t.ops[i];
-      rank.push_back(t.rank);
-      stream.push_back(op.stream);
-      kind.push_back(static_cast<int64_t>(op.kind));
-      kernel.push_back(static_cast<int64_t>(op.kernel));
-      coll.push_back(static_cast<int64_t>(op.collective));
-      call.push_back(op.kind == model::OpKind::kHostCall ? op.dims[0] : 0);
-      const bool copy = op.kind == model::OpKind::kCopy;
-      src.push_back(copy ? rank_of(op.src_mem, t.rank) : -1);
-      dst.push_back(copy ? rank_of(op.dst_mem, t.rank)
-                         : op.kind == model::OpKind::kWriteValue ? rank_of(op.word_mem, t.rank) : -1);
-      value.push_back(static_cast<int64_t>(op.value));
-      waits_for.push_back(op.waits_for);
-      bytes.push_back(op.bytes);
-      flops.push_back(op.flops);
-      m0.push_back(op.measured_start_ms);
-      m1.push_back(op.measured_end_ms);
-      host.push_back(op.measured_host_us);
-      const bool modeled = !r.modeled_ops.empty() && i < r.modeled_ops[t.rank].size();
-      s0.push_back(modeled ? r.modeled_ops[t.rank][i].start_ms : nan);
-      s1.push_back(modeled ? r.modeled_ops[t.rank][i].end_ms : nan);
-    }
+
+  void add(const RunResult& r, const model::RankTrace& t, size_t i, const std::map<uint64_t, int>& owner) {
+    // Which rank a copy reads and writes (its memory's exporter; 0: the rank's own), -1 unknown.
+    auto rank_of = [&](uint64_t mem) -> int64_t {
+      if (mem == 0) return t.rank;
+      auto it = owner.find(mem);
+      return it == owner.end() ? -1 : it->second;
+    };
+    const model::Op& op = t.ops[i];
+    rank.push_back(t.rank);
+    stream.push_back(op.stream);
+    kind.push_back(static_cast<int64_t>(op.kind));
+    kernel.push_back(static_cast<int64_t>(op.kernel));
+    coll.push_back(static_cast<int64_t>(op.collective));
+    call.push_back(op.kind == model::OpKind::kHostCall ? op.dims[0] : 0);
+    const bool copy = op.kind == model::OpKind::kCopy;
+    src.push_back(copy ? rank_of(op.src_mem) : -1);
+    dst.push_back(copy ? rank_of(op.dst_mem) : op.kind == model::OpKind::kWriteValue ? rank_of(op.word_mem) : -1);
+    value.push_back(static_cast<int64_t>(op.value));
+    waits_for.push_back(op.waits_for);
+    bytes.push_back(op.bytes);
+    flops.push_back(op.flops);
+    m0.push_back(op.measured_start_ms);
+    m1.push_back(op.measured_end_ms);
+    host.push_back(op.measured_host_us);
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const bool modeled = !r.modeled_ops.empty() && i < r.modeled_ops[t.rank].size();
+    s0.push_back(modeled ? r.modeled_ops[t.rank][i].start_ms : nan);
+    s1.push_back(modeled ? r.modeled_ops[t.rank][i].end_ms : nan);
   }
-  const std::vector<int64_t> n{static_cast<int64_t>(rank.size())};
-  if (!rank.empty()) {
+
+  void write(const h5::Group& g) const {
+    if (rank.empty()) return;
+    const std::vector<int64_t> n{static_cast<int64_t>(rank.size())};
     g.write_dataset("op_rank", n, rank.data());
     g.write_dataset("op_stream", n, stream.data());
     g.write_dataset("op_kind", n, kind.data()).write_attr("names", names_of(model::kNumOpKinds, op_name));
@@ -116,12 +97,47 @@ void write_traced_layer(const h5::Group& run_group, const RunResult& r) {
     g.write_dataset("op_modeled_start_ms", n, s0.data());
     g.write_dataset("op_modeled_end_ms", n, s1.data());
   }
+};
+
+// The layer's identity: the machine it was modelled on and whether its ops carry GPU times.
+void write_traced_attributes(const h5::Group& g, const RunResult& r) {
+  g.write_attr("machine", r.machine);
+  g.write_attr("model_note", r.model_note);
+  g.write_attr("modeled_as", r.modeled_as);
+  g.write_attr("waits_before_trace", static_cast<int64_t>(r.modeled_waits_before_trace));
+  bool measured = false;
+  for (const auto& t : r.traces)
+    for (const auto& op : t.ops) measured = measured || std::isfinite(op.measured_start_ms);
+  g.write_attr("measured", measured ? 1 : 0);
+  g.write_attr("times_units", "ms");
+}
+
+// Every op of every rank as columns, then every stream's rank, index and priority.
+void write_op_and_stream_columns(const h5::Group& g, const RunResult& r) {
+  std::map<uint64_t, int> owner;  // who owns each exported memory id
+  for (const auto& t : r.traces)
+    for (uint64_t e : t.exported) owner.emplace(e, t.rank);
+  OpColumns ops;
+  std::vector<int64_t> srank, sidx, sprio;
+  for (const auto& t : r.traces) {
+    for (size_t i = 0; i < t.streams.size(); ++i) {
+      srank.push_back(t.rank);
+      sidx.push_back(static_cast<int64_t>(i));
+      sprio.push_back(t.streams[i].high_priority ? 1 : 0);
+    }
+    for (size_t i = 0; i < t.ops.size(); ++i) ops.add(r, t, i, owner);
+  }
+  ops.write(g);
   const std::vector<int64_t> ns{static_cast<int64_t>(srank.size())};
   if (!srank.empty()) {
     g.write_dataset("stream_rank", ns, srank.data());
     g.write_dataset("stream_index", ns, sidx.data());
     g.write_dataset("stream_high_priority", ns, sprio.data());
   }
+}
+
+// Each rank's trace in its byte form (model/trace), packed into 64-bit words.
+void write_trace_bytes(const h5::Group& g, const RunResult& r) {
   for (const auto& t : r.traces) {
     const std::string b = model::serialize(t);
     std::vector<int64_t> words = pack(b);
@@ -130,24 +146,44 @@ void write_traced_layer(const h5::Group& run_group, const RunResult& r) {
                                     words.data());
     d.write_attr("bytes", static_cast<int64_t>(b.size()));
   }
-  if (!r.modeled_stage_ms.empty()) {
-    h5::Dataset d = g.write_dataset("modeled_stage_ms", {world, kNumStages}, r.modeled_stage_ms.data());
-    d.write_attr("units", "ms");
-    d.write_attr("dims", std::vector<std::string>{"rank", "stage"});
-    g.write_dataset("modeled_v_overlap_ms", {world}, r.modeled_v_overlap_ms.data()).write_attr("units", "ms");
-    g.write_dataset("modeled_v_copy_ms", {world}, r.modeled_v_copy_ms.data()).write_attr("units", "ms");
-    std::vector<double> crit(kNumStages, -std::numeric_limits<double>::infinity());
-    for (int rk = 0; rk < world; ++rk)
-      for (int s = 0; s < kNumStages; ++s) crit[s] = std::max(crit[s], r.modeled_stage_ms[rk * kNumStages + s]);
-    g.write_attr("modeled_critical_ms", crit);
-  }
+}
+
+// The replay's stages per rank, V's copy and overlap, and the critical path's stages.
+void write_modeled_stages(const h5::Group& g, const RunResult& r) {
+  if (r.modeled_stage_ms.empty()) return;
+  const int world = static_cast<int>(r.traces.size());
+  h5::Dataset d = g.write_dataset("modeled_stage_ms", {world, kNumStages}, r.modeled_stage_ms.data());
+  d.write_attr("units", "ms");
+  d.write_attr("dims", std::vector<std::string>{"rank", "stage"});
+  g.write_dataset("modeled_v_overlap_ms", {world}, r.modeled_v_overlap_ms.data()).write_attr("units", "ms");
+  g.write_dataset("modeled_v_copy_ms", {world}, r.modeled_v_copy_ms.data()).write_attr("units", "ms");
+  std::vector<double> crit(kNumStages, -std::numeric_limits<double>::infinity());
+  for (int rk = 0; rk < world; ++rk)
+    for (int s = 0; s < kNumStages; ++s) crit[s] = std::max(crit[s], r.modeled_stage_ms[rk * kNumStages + s]);
+  g.write_attr("modeled_critical_ms", crit);
+}
+
+// Which ops make up each stage: (rank, stage, op, coef) rows.
+void write_stage_terms(const h5::Group& g, const RunResult& r) {
   std::vector<double> terms;
   for (size_t rk = 0; rk < r.stage_terms.size(); ++rk)
-    for (const auto& t : r.stage_terms[rk]) terms.insert(terms.end(), {static_cast<double>(rk), static_cast<double>(t.stage), static_cast<double>(t.op), t.coef});
-  if (!terms.empty()) {
-    h5::Dataset d = g.write_dataset("stage_terms", {static_cast<int64_t>(terms.size() / 4), 4}, terms.data());
-    d.write_attr("columns", std::vector<std::string>{"rank", "stage", "op", "coef"});
-  }
+    for (const auto& t : r.stage_terms[rk])
+      terms.insert(terms.end(), {static_cast<double>(rk), static_cast<double>(t.stage), static_cast<double>(t.op), t.coef});
+  if (terms.empty()) return;
+  h5::Dataset d = g.write_dataset("stage_terms", {static_cast<int64_t>(terms.size() / 4), 4}, terms.data());
+  d.write_attr("columns", std::vector<std::string>{"rank", "stage", "op", "coef"});
+}
+
+}  // namespace
+
+void write_traced_layer(const h5::Group& run_group, const RunResult& r) {
+  if (r.traces.empty()) return;
+  h5::Group g = run_group.create_group("traced_layer");
+  write_traced_attributes(g, r);
+  write_op_and_stream_columns(g, r);
+  write_trace_bytes(g, r);
+  write_modeled_stages(g, r);
+  write_stage_terms(g, r);
 }
 
 std::string StoredRun::shape_key() const {
