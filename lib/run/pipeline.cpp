@@ -127,80 +127,89 @@ void LayerPipeline::project(const void* w, int64_t ldw, int64_t c0, int64_t c1, 
   if (cur < c1) kernels_.gemm(compute_, data_.x.get(), C, wcol(cur), ldw, ocol(cur), ldo, M, c1 - cur, C, t, t);
 }
 
+// A step of the layer's schedule (lib/run/schedule): a projection, a norm or a submission.
 void LayerPipeline::run_step(Step step, bool last_submit) {
-  const int64_t M = l_.tokens_local(), Ct = l_.width_tp();
-  const DType t = c_.dtype;
   switch (step) {
     case Step::kProjectQkv:
     case Step::kProjectFusedV:
-    case Step::kProjectFusedQK: {
-      // Columns of the fused weight: Q at 0, K at Ct, V at 2Ct.
-      const int64_t c0 = step == Step::kProjectFusedV ? 2 * Ct : 0;
-      const int64_t c1 = step == Step::kProjectFusedQK ? 2 * Ct : 3 * Ct;
-      std::vector<OwnBlock> blocks;
-      for (Tag tag : {Tag::kQ, Tag::kK, Tag::kV}) {
-        const int64_t col = tag_index(tag) * Ct;
-        if (col >= c0 && col < c1) add_own_block(blocks, tag, col);
-      }
-      project(data_.w_qkv.get(), 3 * Ct, c0, c1, static_cast<unsigned char*>(qkv_.get()) + bytes_of(c0, t), 3 * Ct,
-              std::move(blocks));
-      break;
-    }
-    case Step::kProjectQ:
-    case Step::kProjectK:
-    case Step::kProjectV: {
-      const Tag tag = step == Step::kProjectQ ? Tag::kQ : step == Step::kProjectK ? Tag::kK : Tag::kV;
-      const DeviceBuffer& w = tag == Tag::kQ ? data_.w_q : tag == Tag::kK ? data_.w_k : data_.w_v;
-      DeviceBuffer& out = tag == Tag::kQ ? q_ : tag == Tag::kK ? k_ : v_;
-      std::vector<OwnBlock> blocks;
-      add_own_block(blocks, tag, 0);
-      project(w.get(), Ct, 0, Ct, out.get(), Ct, std::move(blocks));
-      break;
-    }
+    case Step::kProjectFusedQK: return project_fused(step);
+    case Step::kProjectQ: return project_separate(Tag::kQ);
+    case Step::kProjectK: return project_separate(Tag::kK);
+    case Step::kProjectV: return project_separate(Tag::kV);
     case Step::kNormQ:
     case Step::kNormK:
       if (norm_applies()) {
         const bool q = step == Step::kNormQ;
-        kernels_.norm_rope(compute_, norm_view(q), t, norm_params(c_, data_, q));
+        kernels_.norm_rope(compute_, norm_view(q), c_.dtype, norm_params(c_, data_, q));
       }
-      break;
+      return;
     case Step::kNormQK:
       if (norm_applies()) {
         const QkView q = norm_view(true), k = norm_view(false);  // Q's own slice fetched first, as op by op
-        kernels_.norm_rope_qk(compute_, q, norm_params(c_, data_, true), k, norm_params(c_, data_, false), t);
+        kernels_.norm_rope_qk(compute_, q, norm_params(c_, data_, true), k, norm_params(c_, data_, false), c_.dtype);
       }
-      break;
-    case Step::kSubmitQ:
-    case Step::kSubmitK:
-    case Step::kSubmitV: {
-      Submission sub;
-      sub.tag = step == Step::kSubmitQ ? Tag::kQ : step == Step::kSubmitK ? Tag::kK : Tag::kV;
-      sub.dir = Direction::kScatter;
-      if (schedule_.fused) {
-        const int64_t col = tag_index(sub.tag) * Ct;
-        sub.src = static_cast<unsigned char*>(qkv_.get()) + bytes_of(col, t);
-        sub.src_row_pitch = 3 * Ct;  // the strided view: no packing copy
-      } else {
-        sub.src = (sub.tag == Tag::kQ ? q_ : sub.tag == Tag::kK ? k_ : v_).get();
-        sub.src_row_pitch = Ct;
-      }
-      if (opts_.pack_strided && sub.src_row_pitch != Ct) {
-        // Ablation: the strided view copied into a contiguous buffer first.
-        DeviceBuffer& packed = packed_[tag_index(sub.tag)];
-        if (!packed) packed = dev_.alloc(bytes_of(M * Ct, t));
-        dev_.copy_2d(compute_, packed.get(), bytes_of(Ct, t), sub.src, bytes_of(sub.src_row_pitch, t), bytes_of(Ct, t),
-                     static_cast<size_t>(M));
-        sub.src = packed.get();
-        sub.src_row_pitch = Ct;
-      }
-      sub.shape = scatter_shape();
-      sub.barrier = last_submit || !opts_.grouped_handshake;
-      sub.own_slice_written = own(sub.tag).data != nullptr;
-      auto ex = scatter_.submit(sub, compute_);
-      (sub.tag == Tag::kQ ? ex_q_ : sub.tag == Tag::kK ? ex_k_ : ex_v_) = std::move(ex);
-      break;
-    }
+      return;
+    case Step::kSubmitQ: return submit(Tag::kQ, last_submit);
+    case Step::kSubmitK: return submit(Tag::kK, last_submit);
+    case Step::kSubmitV: return submit(Tag::kV, last_submit);
   }
+}
+
+// The fused projection's columns for the step: Q at 0, K at Ct, V at 2Ct (all, V's or Q's and K's).
+void LayerPipeline::project_fused(Step step) {
+  const int64_t Ct = l_.width_tp();
+  const int64_t c0 = step == Step::kProjectFusedV ? 2 * Ct : 0;
+  const int64_t c1 = step == Step::kProjectFusedQK ? 2 * Ct : 3 * Ct;
+  std::vector<OwnBlock> blocks;
+  for (Tag tag : {Tag::kQ, Tag::kK, Tag::kV}) {
+    const int64_t col = tag_index(tag) * Ct;
+    if (col >= c0 && col < c1) add_own_block(blocks, tag, col);
+  }
+  project(data_.w_qkv.get(), 3 * Ct, c0, c1, static_cast<unsigned char*>(qkv_.get()) + bytes_of(c0, c_.dtype), 3 * Ct,
+          std::move(blocks));
+}
+
+// One tensor's projection by its own weight (separate QKV).
+void LayerPipeline::project_separate(Tag tag) {
+  const int64_t Ct = l_.width_tp();
+  const DeviceBuffer& w = tag == Tag::kQ ? data_.w_q : tag == Tag::kK ? data_.w_k : data_.w_v;
+  DeviceBuffer& out = tag == Tag::kQ ? q_ : tag == Tag::kK ? k_ : v_;
+  std::vector<OwnBlock> blocks;
+  add_own_block(blocks, tag, 0);
+  project(w.get(), Ct, 0, Ct, out.get(), Ct, std::move(blocks));
+}
+
+// One tensor's scatter handed to the transport: from the strided view of the fused output (or
+// its own buffer), packed first under the pack-strided ablation; the last submission (or every
+// one without the grouped handshake) carries the handshake.
+void LayerPipeline::submit(Tag tag, bool last_submit) {
+  const int64_t M = l_.tokens_local(), Ct = l_.width_tp();
+  const DType t = c_.dtype;
+  Submission sub;
+  sub.tag = tag;
+  sub.dir = Direction::kScatter;
+  if (schedule_.fused) {
+    const int64_t col = tag_index(sub.tag) * Ct;
+    sub.src = static_cast<unsigned char*>(qkv_.get()) + bytes_of(col, t);
+    sub.src_row_pitch = 3 * Ct;  // the strided view: no packing copy
+  } else {
+    sub.src = (sub.tag == Tag::kQ ? q_ : sub.tag == Tag::kK ? k_ : v_).get();
+    sub.src_row_pitch = Ct;
+  }
+  if (opts_.pack_strided && sub.src_row_pitch != Ct) {
+    // Ablation: the strided view copied into a contiguous buffer first.
+    DeviceBuffer& packed = packed_[tag_index(sub.tag)];
+    if (!packed) packed = dev_.alloc(bytes_of(M * Ct, t));
+    dev_.copy_2d(compute_, packed.get(), bytes_of(Ct, t), sub.src, bytes_of(sub.src_row_pitch, t), bytes_of(Ct, t),
+                 static_cast<size_t>(M));
+    sub.src = packed.get();
+    sub.src_row_pitch = Ct;
+  }
+  sub.shape = scatter_shape();
+  sub.barrier = last_submit || !opts_.grouped_handshake;
+  sub.own_slice_written = own(sub.tag).data != nullptr;
+  auto ex = scatter_.submit(sub, compute_);
+  (sub.tag == Tag::kQ ? ex_q_ : sub.tag == Tag::kK ? ex_k_ : ex_v_) = std::move(ex);
 }
 
 void LayerPipeline::enqueue_layer() {

@@ -70,6 +70,9 @@ class LayerPipeline {
     OwnSlice slice;
   };
   void run_step(Step step, bool last_submit);
+  void project_fused(Step step);
+  void project_separate(Tag tag);
+  void submit(Tag tag, bool last_submit);
   QkView qk_view(bool q) const;
   QkView norm_view(bool q);
   DeviceBuffer& attn_out();
