@@ -1524,6 +1524,13 @@ bool lane_single_serve(NormKind norm, int elem_bytes, int head_dim, int heads) {
 // and the tile's write-back fewer; "lane direct", 2ca3fea, reverted) lost half its rate: 37.4-42.4%
 // at head_dim 72 against 77.4-88.0 (every per-head kind, both 16-bit types and layouts), 43-55% at
 // 64 (one H100, two runs; docs/measured/2026-12-07-h100-2ca3fea).
+// Where its single-tile variant serves (head_dim 72 at 16-bit types: every cell this pick takes),
+// the layer takes that one: one H100, two runs of 716e41a's kernels (docs/measured/
+// 2026-12-07-h100-716e41a), % of the copy bound, lane rows -> lane rows 1t, fused / separate: bf16
+// 79.1-79.6 -> 82.6-82.8 / 81.2-81.4 -> 86.0-86.8, fp16 80.0-80.4 -> 83.6-83.7 / 82.0 -> 85.9-87.1
+// (ahead in 8 of 8 cell-runs, by 3.2-5.6 points). It led lane rows in every other 16-bit cell too
+// (RoPE only and RMS at 64 and 72, LayerNorm at 64: 48 of 48 cell-runs), where the pick stays
+// ahead of both or within the runs' spread. Not yet on an H200.
 template <typename T, int kNorm>
 bool lane_rows_is_pick(bool pow2_groups) {
   return kNorm == static_cast<int>(NormKind::kLayerPerHead) && sizeof(T) == 2 && !pow2_groups;
@@ -1545,7 +1552,8 @@ void norm_rope_rows_pick(cudaStream_t s, const RowSets<T>& sets, const QkView& x
     pipe = kNormRopeFlatPipe;
   if (pipe < 0 && batch == 0 && staged < 0 && lane_rows_is_pick<T, kNorm>(pow2_groups) &&
       lane_rows_serve(sizeof(T), x.head_dim, x.heads))
-    pipe = kNormRopeLaneRowsPipe;
+    pipe = lane_single_serve(static_cast<NormKind>(kNorm), sizeof(T), x.head_dim, x.heads) ? kNormRopeLaneSinglePipe
+                                                                                           : kNormRopeLaneRowsPipe;
   if (pipe == kNormRopeLaneRowsPipe) {
     if constexpr (kNorm == static_cast<int>(NormKind::kRmsAcrossHeads)) {
       UIPC_CHECK(false, "norm_rope: the lane-rows walk normalises each head alone: per-head norms and RoPE only, not "

@@ -706,8 +706,8 @@ void expect_walk_refused(CudaKernelsTest& t, int pipe, const std::string& walk, 
 // several tiles, its buffers alternating); heads of 16 chunks (head_dim 128 at 16-bit types,
 // 64 at fp32) and 8 (64 at 16-bit types: the swizzled tile), of 9 and 18 (72); LayerNorm with
 // an outlier (the mean far from the first value). Each view against the float64 reference,
-// the moved heads' target and untouched bytes too. The layer's pick takes it for 16-bit
-// LayerNorm at head_dim 72 and nowhere else. Across-heads RMS and heads of other chunk counts
+// the moved heads' target and untouched bytes too. The layer's pick takes it (its single-tile
+// variant, below) for 16-bit LayerNorm at head_dim 72 and nowhere else. Across-heads RMS and heads of other chunk counts
 // are refused by name.
 TEST_F(CudaKernelsTest, NormRopeLaneRowsWalk) {
   const NormRopeKernel kv = NormRopeKernel::kVector;
@@ -728,8 +728,8 @@ TEST_F(CudaKernelsTest, NormRopeLaneRowsWalk) {
   auto expect_refused = [&](DType dt, int D, NormKind nk, const std::string& what) {
     expect_walk_refused(*this, lane, "lane-rows", dt, D, nk, what);
   };
-  // The layer's pick (pipe -1) takes the lane-rows walk for 16-bit LayerNorm at head_dim 72
-  // (lane groups of 9) and nowhere else: not fp32 LayerNorm there (flat), not RMS there (flat),
+  // The layer's pick (pipe -1) takes the lane-rows walk, one tile a block, for 16-bit LayerNorm at
+  // head_dim 72 (lane groups of 9) and nowhere else: not fp32 LayerNorm there (flat), not RMS there (flat),
   // not 16-bit LayerNorm at head_dim 64 or 128 (the staged or pipelined walk, by the GPU).
   for (DType dt : kAllTypes) {
     for (NormKind nk : {NormKind::kRmsPerHead, NormKind::kLayerPerHead}) {
@@ -740,6 +740,8 @@ TEST_F(CudaKernelsTest, NormRopeLaneRowsWalk) {
         if (HasFatalFailure()) return;
         const bool want = nk == NormKind::kLayerPerHead && dtype_size(dt) == 2 && D == 72;
         const std::string k = last_norm_rope_launch().kernel;
+        EXPECT_EQ(k.find("lane rows 1t") != std::string::npos, want)  // its single-tile variant
+            << dtype_name(dt) << " norm " << static_cast<int>(nk) << " D" << D << ": " << k;
         EXPECT_EQ(k.find("lane rows") != std::string::npos, want)
             << dtype_name(dt) << " norm " << static_cast<int>(nk) << " D" << D << ": " << k;
       }
