@@ -1529,8 +1529,9 @@ bool lane_single_serve(NormKind norm, int elem_bytes, int head_dim, int heads) {
 // 2026-12-07-h100-716e41a), % of the copy bound, lane rows -> lane rows 1t, fused / separate: bf16
 // 79.1-79.6 -> 82.6-82.8 / 81.2-81.4 -> 86.0-86.8, fp16 80.0-80.4 -> 83.6-83.7 / 82.0 -> 85.9-87.1
 // (ahead in 8 of 8 cell-runs, by 3.2-5.6 points). It led lane rows in every other 16-bit cell too
-// (RoPE only and RMS at 64 and 72, LayerNorm at 64: 48 of 48 cell-runs), where the pick stays
-// ahead of both or within the runs' spread. Not yet on an H200.
+// (RoPE only and RMS at 64 and 72, LayerNorm at 64: 48 of 48 cell-runs), where it is behind the
+// pick or at most 1.6 points ahead of it, within the runs' spread: the pick stays. Not yet on an
+// H200.
 template <typename T, int kNorm>
 bool lane_rows_is_pick(bool pow2_groups) {
   return kNorm == static_cast<int>(NormKind::kLayerPerHead) && sizeof(T) == 2 && !pow2_groups;
