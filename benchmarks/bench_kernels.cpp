@@ -1093,7 +1093,7 @@ void vmm_import_rows(Device& dev, Stream& a, std::vector<Row>& rows) {
         const int fd = dev.export_fd(fresh);
         const double e = since_ms(t0);
         t0 = Clock::now();
-        ::close(fd);
+        dev.close_export(fd, bytes);
         const double c = since_ms(t0);
         t0 = Clock::now();
         fresh.reset();
@@ -1111,7 +1111,7 @@ void vmm_import_rows(Device& dev, Stream& a, std::vector<Row>& rows) {
       int fd = -1;
       beside_kernel_row(dev, a, "vmm target: export of a fresh allocation", shape,
                         [&] { fd = dev.export_fd(fresh); }, rows);
-      ::close(fd);
+      dev.close_export(fd, bytes);
     }
     for (const bool do_close : {false, true}) {
       PeerMapping m = do_close ? dev.import_fd(dev.export_fd(target), bytes) : PeerMapping();

@@ -59,6 +59,9 @@ const std::vector<ParamSpec>& parameter_specs() {
       {"host_unmap_us", "us", 0, 1e4,
        "host time of a free (after any wait for the device, traced apart) or of a descriptor mapping's close, "
        "at no size"},
+      {"host_close_export_us", "us", 0, 1e5,
+       "host time of the close of a vmm descriptor its exporter made (export_fd's, after the peers have theirs; "
+       "at one rank never imported)"},
       {"host_free_us_per_mib", "us/MiB", 0, 100,
        "host time a free adds per MiB it frees (unmapping its pages), beside host_unmap_us; a close adds none"},
       {"copy_engines", "engines", 1, 64, "copy engines per GPU (peer copies that run on engines queue for one)"},

@@ -25,7 +25,7 @@ struct Rates {
   double gemm, attention_scale, norm, stream, sm_copy, copy_engine, link, nic;  // per ms
   double kernel_lat, copy_lat, hop, work_hop, event_record, memop, link_lat, nic_lat, nccl_lat;  // ms
   double host_launch, host_gemm, host_attention, host_nccl, host_copy, host_api, skew;  // ms
-  double host_alloc, host_export, host_import, host_unmap;  // ms
+  double host_alloc, host_export, host_import, host_unmap, host_close_export;  // ms
   double host_free_per_byte;  // ms per byte freed
   double sm_copy_share, kernel_share, ipc_factor, nccl_link, nccl_nic, nccl_peer, fp32_out, spread, peer_beside_gemm;
   double copy_behind_gemm;
@@ -71,6 +71,7 @@ struct Rates {
     host_export = us("host_export_us");
     host_import = us("host_import_us");
     host_unmap = us("host_unmap_us");
+    host_close_export = us("host_close_export_us");
     host_free_per_byte = us("host_free_us_per_mib") / (1024.0 * 1024.0);
     skew = us("start_skew_us");
     sm_copy_share = mc.p("sm_copy_share");
@@ -508,6 +509,7 @@ class Simulation {
       case HostCall::kFreeRuntime:
       case HostCall::kFreeVmm: return r_.host_unmap + r_.host_free_per_byte * op.bytes;
       case HostCall::kCloseFd: return r_.host_unmap;
+      case HostCall::kCloseExport: return r_.host_close_export;
       default: return r_.host_api;  // the IPC handle's export, open and close
     }
   }

@@ -708,7 +708,8 @@ TEST(Simulator, EachKindOfCallCostsTheHostItsOwn) {
 TEST(Simulator, AMemoryCallHoldsTheHostForItsMeasuredCost) {
   // Each host call between two kernels delays the second's issue by exactly its cost:
   // allocations host_alloc_us, a descriptor's export host_export_us and its import
-  // host_import_us, a descriptor mapping's close host_unmap_us, a free host_unmap_us and
+  // host_import_us, the exporter's close of its own descriptor host_close_export_us, a
+  // descriptor mapping's close host_unmap_us, a free host_unmap_us and
   // host_free_us_per_mib for each MiB it frees (at 2 and 32 MiB), and the calls no bench
   // timed (an IPC handle's export, open and close) host_api_us.
   const Machine m = with_host_costs({{"host_launch_us", 3},
@@ -717,6 +718,7 @@ TEST(Simulator, AMemoryCallHoldsTheHostForItsMeasuredCost) {
                                      {"host_export_us", 580},
                                      {"host_import_us", 600},
                                      {"host_unmap_us", 50},
+                                     {"host_close_export_us", 590},
                                      {"host_free_us_per_mib", 0.5}});
   for (const int mib : {2, 32}) {
     const double free_us = 50 + 0.5 * mib;
@@ -724,7 +726,7 @@ TEST(Simulator, AMemoryCallHoldsTheHostForItsMeasuredCost) {
         {HostCall::kAllocRuntime, 60},     {HostCall::kAllocVmm, 60},     {HostCall::kExportHandle, 2},
         {HostCall::kExportFd, 580},        {HostCall::kOpenHandle, 2},    {HostCall::kImportFd, 600},
         {HostCall::kFreeRuntime, free_us}, {HostCall::kFreeVmm, free_us}, {HostCall::kCloseHandle, 2},
-        {HostCall::kCloseFd, 50}};
+        {HostCall::kCloseFd, 50},          {HostCall::kCloseExport, 590}};
     ASSERT_EQ(static_cast<int>(cost_us.size()), kLastHostCall);
     for (const auto& [call, us] : cost_us) {
       auto b = ranks(1, 1);
@@ -921,7 +923,7 @@ TEST(Machine, ShippedFixedCostsAreNotBelowTheirMicroBenchmarks) {
                                                   {"host_gemm_us", 1.0},    {"host_attention_us", 1.0},
                                                   {"host_nccl_us", 1.0},    {"host_alloc_us", 41.5},
                                                   {"host_export_us", 512},  {"host_import_us", 518},
-                                                  {"host_unmap_us", 30.7},
+                                                  {"host_unmap_us", 30.7},  {"host_close_export_us", 519},
                                                   {"event_record_us", 2.0}};
   for (const char* f : {"h200-nvlink", "h200-nvlink-prior", "h100-sxm", "h200-2node", "h200-4node"}) {
     const Machine m = load_machine(std::string(ULYSSES_SOURCE_DIR) + "/inputs/machines/" + f + ".json");

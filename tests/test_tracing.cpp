@@ -258,14 +258,19 @@ TEST(TracingHostCalls, WithoutTheTargetCacheEveryLayerImportsItsTargetsWithItNon
       // The first group's targets go before the second's come: their frees and closes.
       EXPECT_EQ(n[vmm ? model::HostCall::kFreeVmm : model::HostCall::kFreeRuntime], targets) << what;
       EXPECT_EQ(n[vmm ? model::HostCall::kCloseFd : model::HostCall::kCloseHandle], targets * (P - 1)) << what;
-      // Each export holds the modelled host for host_export_us and each import for
-      // host_import_us (an IPC handle's export and open: host_api_us).
+      // The exporter closes its own descriptor once the peers have theirs (at one rank: one no
+      // peer imported); an IPC handle has nothing to close.
+      EXPECT_EQ(n[model::HostCall::kCloseExport], vmm ? targets : 0) << what;
+      // Each export holds the modelled host for host_export_us, each close of one
+      // host_close_export_us and each import host_import_us (an IPC handle's export and open:
+      // host_api_us).
       const model::Timeline tl = model::simulate(tr.traces, m);
       const std::map<model::HostCall, double> cost_ms = {
           {vmm ? model::HostCall::kExportFd : model::HostCall::kExportHandle,
            m.p(vmm ? "host_export_us" : "host_api_us") * 1e-3},
           {vmm ? model::HostCall::kImportFd : model::HostCall::kOpenHandle,
-           m.p(vmm ? "host_import_us" : "host_api_us") * 1e-3}};
+           m.p(vmm ? "host_import_us" : "host_api_us") * 1e-3},
+          {model::HostCall::kCloseExport, m.p("host_close_export_us") * 1e-3}};
       int checked = 0;
       for (size_t i = 0; i < mine.ops.size(); ++i) {
         const model::Op& op = mine.ops[i];
@@ -275,7 +280,7 @@ TEST(TracingHostCalls, WithoutTheTargetCacheEveryLayerImportsItsTargetsWithItNon
         EXPECT_NEAR(tl.ranks[me][i].end_ms - tl.ranks[me][i].start_ms, c->second, 1e-9) << what << " op " << i;
         ++checked;
       }
-      EXPECT_EQ(checked, targets * P) << what;  // the exports and the imports, every one
+      EXPECT_EQ(checked, targets * P + (vmm ? targets : 0)) << what;  // exports, imports, closes: every one
     }
   }
 }

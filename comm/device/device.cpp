@@ -33,6 +33,11 @@ int Device::export_fd(const DeviceBuffer& buf) {
   throw RuntimeError("export_fd: not supported on this device (" + name() + ")");
 }
 
+void Device::close_export(int fd, size_t bytes) {
+  (void)bytes;
+  if (fd >= 0) close(fd);
+}
+
 PeerMapping Device::import_fd(int fd, size_t bytes) {
   (void)bytes;
   if (fd >= 0) close(fd);  // ownership was passed to us, even on failure

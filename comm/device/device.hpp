@@ -195,8 +195,13 @@ class Device {
   // no name, so nothing is left in the system when a process dies. The defaults throw
   // "not supported on this device"; vmm_ineligible_reason() says so up front.
   virtual DeviceBuffer alloc_fd_shareable(size_t bytes);
-  // A new descriptor for `buf` (allocated with alloc_fd_shareable); the caller closes it.
+  // A new descriptor for `buf` (allocated with alloc_fd_shareable); the caller closes it
+  // with close_export.
   virtual int export_fd(const DeviceBuffer& buf);
+  // Closes a descriptor export_fd made for `bytes` (once the peers have their copies). On a
+  // GPU the close of an export no peer imported takes about as long as the export (bench_kernels'
+  // alloc rows), so the trace holds it as a call of its own.
+  virtual void close_export(int fd, size_t bytes);
   // Maps the first `bytes` of the memory behind `fd` (from a peer's export_fd). Takes
   // ownership of fd: it is closed here, on success and on failure.
   virtual PeerMapping import_fd(int fd, size_t bytes);

@@ -203,6 +203,12 @@ int TracingDevice::export_fd(const DeviceBuffer& buf) {
   return fd;
 }
 
+void TracingDevice::close_export(int fd, size_t bytes) {
+  note_host_call("the close of an export");
+  const HostTime timed(*this, append_host_call(model::HostCall::kCloseExport, bytes));
+  inner_->close_export(fd, bytes);
+}
+
 PeerMapping TracingDevice::import_fd(int fd, size_t bytes) {
   note_host_call("a mapping");
   const int index = append_host_call(model::HostCall::kImportFd, bytes);

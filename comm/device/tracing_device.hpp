@@ -117,6 +117,7 @@ class TracingDevice final : public Device {
   void seal_export(const DeviceBuffer& buf) override { inner_->seal_export(buf); }
   DeviceBuffer alloc_fd_shareable(size_t bytes) override;
   int export_fd(const DeviceBuffer& buf) override;
+  void close_export(int fd, size_t bytes) override;
   PeerMapping import_fd(int fd, size_t bytes) override;
   void copy_to_device(void* dst, const void* src, size_t bytes) override {
     note_host_call("a synchronous copy to the device");

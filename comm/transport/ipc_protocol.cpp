@@ -69,6 +69,7 @@ class FileDescriptorPath final : public MappingPath {
       maps.push_back(dev_.import_fd(all[p].release(), bytes));
       ptrs[p] = maps.back().get();
     }
+    dev_.close_export(mine.release(), bytes);  // the peers hold theirs (at one rank nobody imports it)
     return ptrs;
   }
 

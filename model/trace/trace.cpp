@@ -61,6 +61,7 @@ const char* host_call_name(HostCall k) {
     case HostCall::kFreeVmm: return "free_vmm";
     case HostCall::kCloseHandle: return "close_handle";
     case HostCall::kCloseFd: return "close_fd";
+    case HostCall::kCloseExport: return "close_export";
   }
   return "?";
 }

@@ -45,8 +45,9 @@ enum class HostCall : int {
   kFreeVmm = 8,       // free of alloc_fd_shareable's memory (unmap, release)
   kCloseHandle = 9,   // close of an IPC handle's mapping (cudaIpcCloseMemHandle)
   kCloseFd = 10,      // close of an imported descriptor's mapping (unmap, release)
+  kCloseExport = 11,  // close of the exporter's own descriptor (export_fd's), once its peers have theirs
 };
-constexpr int kLastHostCall = 10;
+constexpr int kLastHostCall = 11;
 enum class KernelKind : int { kNone = 0, kGemm = 1, kNormRope = 2, kAttention = 3, kConvert = 4 };
 // kSendRecv: grouped point-to-point (bytes = what this rank sends in all, dims[1] = to how many)
 enum class CollectiveKind : int { kNone = 0, kAllToAll = 1, kAllReduce = 2, kSendRecv = 3 };
