@@ -59,6 +59,134 @@ bool parse(int argc, char** argv, Args& a) {
   return true;
 }
 
+// The layer's sizes: every rank holds Sl tokens of the S = Sl*P sequence and Hl = 3 of the
+// H = 3*P heads after the scatter.
+struct Sizes {
+  int64_t B = 2, Sl = 24, S = 0, D = 32;
+  int H = 0, Hl = 3;
+  int64_t row = 0;  // one of Q, K, V in a token row (H*D)
+  size_t qkv_elems = 0, hp_elems = 0;
+  explicit Sizes(int P) : S(Sl * P), H(3 * P), row(static_cast<int64_t>(3 * P) * D) {
+    qkv_elems = static_cast<size_t>(B * Sl * 3 * row);
+    hp_elems = static_cast<size_t>(B * S * Hl * D);
+  }
+};
+
+// This rank's device: the simulated one, or one GPU per rank where there are enough (ranks
+// share them round robin otherwise: functional checks only, their copies are time-sliced).
+uipc::Device make_device(const Args& args) {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int local_rank = 0;
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_free(&node);
+  const int gpus = args.device == "cuda" ? uipc::Device::cuda_device_count() : 0;
+  if (args.device == "cuda" && gpus == 0) throw uipc::Error(uipc::ErrorKind::kBadInput, "--device cuda: no usable GPU");
+  return args.device == "sim" ? uipc::Device::simulated(MPI_COMM_WORLD) : uipc::Device::cuda(local_rank % gpus);
+}
+
+// The projection's output at step t: this rank's tokens s = rank*Sl + sl as rows [Q | K | V].
+void write_projection(uipc::Device& dev, uipc::Buffer& qkv, const Sizes& z, uint64_t seed, int t, int rank) {
+  std::vector<float> rows(z.qkv_elems);
+  for (int64_t b = 0; b < z.B; ++b)
+    for (int64_t sl = 0; sl < z.Sl; ++sl)
+      for (int j = 0; j < 3; ++j)
+        for (int64_t h = 0; h < z.H; ++h)
+          for (int64_t d = 0; d < z.D; ++d)
+            rows[static_cast<size_t>((b * z.Sl + sl) * 3 * z.row + j * z.row + h * z.D + d)] =
+                value(seed, t, j, b, rank * z.Sl + sl, h, d);
+  dev.copy_to_device(qkv.data(), rows.data(), z.qkv_elems * sizeof(float));
+}
+
+// Counts the elements of a scattered tensor j (B, S, H/P, D: every token, this rank's heads
+// rank*Hl ...) that differ from the reference; returns the tensor as read.
+std::vector<float> check_scattered(uipc::Device& dev, const uipc::Exchange& x, int j, const Sizes& z, uint64_t seed,
+                                   int t, int rank, long long& mismatches, long long& checked) {
+  std::vector<float> got(z.hp_elems);
+  dev.copy_to_host(got.data(), x.data(), z.hp_elems * sizeof(float));
+  for (int64_t b = 0; b < z.B; ++b)
+    for (int64_t s = 0; s < z.S; ++s)
+      for (int64_t hl = 0; hl < z.Hl; ++hl)
+        for (int64_t d = 0; d < z.D; ++d) {
+          const float want = value(seed, t, j, b, s, rank * z.Hl + hl, d);
+          mismatches += got[static_cast<size_t>(((b * z.S + s) * z.Hl + hl) * z.D + d)] != want;
+          ++checked;
+        }
+  return got;
+}
+
+// Counts the elements of the gathered output (B, S/P, H, D) that differ from this rank's V rows.
+void check_gathered(uipc::Device& dev, const uipc::Exchange& o, const Sizes& z, uint64_t seed, int t, int rank,
+                    long long& mismatches, long long& checked) {
+  std::vector<float> back(static_cast<size_t>(z.B * z.Sl * z.row));
+  dev.copy_to_host(back.data(), o.data(), back.size() * sizeof(float));
+  for (int64_t b = 0; b < z.B; ++b)
+    for (int64_t sl = 0; sl < z.Sl; ++sl)
+      for (int64_t c = 0; c < z.row; ++c) {
+        const float want = value(seed, t, 2, b, rank * z.Sl + sl, c / z.D, c % z.D);
+        mismatches += back[static_cast<size_t>((b * z.Sl + sl) * z.row + c)] != want;
+        ++checked;
+      }
+}
+
+// The engine's steps on one communicator; counts what differs from the reference.
+void run_engine(const Args& args, uint64_t seed, int rank, int P, long long& mismatches, long long& checked) {
+  uipc::Device dev = make_device(args);
+  dev.set_watchdog_seconds(30);
+  uipc::Options opt;
+  opt.transport = args.transport;
+  opt.ranks_per_node = args.ranks_per_node;
+  uipc::Communicator comm = uipc::Communicator::create(MPI_COMM_WORLD, dev, opt);
+  if (rank == 0)
+    std::printf("scatter_engine: ulysses_ipc %s, %d ranks, %s, transport %s%s%s\n", uipc::version().c_str(), P,
+                dev.name().c_str(), comm.transport().c_str(), comm.fallback_reason().empty() ? "" : " - ",
+                comm.fallback_reason().c_str());
+
+  const Sizes z(P);
+  const uipc::Shape shape{z.B, z.Sl, z.H, static_cast<int>(z.D), uipc::DType::kFP32};
+  uipc::Buffer qkv = dev.alloc(z.qkv_elems * sizeof(float));
+  uipc::Buffer attn_out = dev.alloc(z.hp_elems * sizeof(float));
+  uipc::Stream compute = dev.create_stream(), attention = dev.create_stream();
+  auto* base = static_cast<const float*>(qkv.data());
+
+  for (int t = 0; t < args.steps; ++t) {
+    write_projection(dev, qkv, z, seed, t, rank);
+
+    // V first, then Q, then K with the barrier: one handshake for the three.
+    const auto scatter = uipc::Direction::kScatter;
+    uipc::Exchange v = comm.submit({uipc::Tag::kV, scatter, base + 2 * z.row, 3 * z.row, shape, false}, compute);
+    uipc::Exchange q = comm.submit({uipc::Tag::kQ, scatter, base, 3 * z.row, shape, false}, compute);
+    uipc::Exchange k = comm.submit({uipc::Tag::kK, scatter, base + z.row, 3 * z.row, shape, true}, compute);
+    q.wait(attention);
+    k.wait(attention);
+    v.wait(attention);
+    attention.synchronize();
+    check_scattered(dev, q, 0, z, seed, t, rank, mismatches, checked);
+    check_scattered(dev, k, 1, z, seed, t, rank, mismatches, checked);
+    const std::vector<float> v_heads = check_scattered(dev, v, 2, z, seed, t, rank, mismatches, checked);
+
+    // The attention stand-in's output is this rank's heads of V; the targets are read.
+    dev.copy_to_device(attn_out.data(), v_heads.data(), z.hp_elems * sizeof(float));
+    comm.release(attention);
+
+    // The output gather: (B, S, H/P, D) back to (B, S/P, H, D), which must be our V rows.
+    uipc::Exchange o =
+        comm.submit({uipc::Tag::kO, uipc::Direction::kGather, attn_out.data(), 0, shape, true}, attention);
+    o.wait(attention);
+    attention.synchronize();
+    check_gathered(dev, o, z, seed, t, rank, mismatches, checked);
+    comm.release(attention);
+  }
+  attention.synchronize();
+  compute.synchronize();
+  const uipc::Stats st = comm.stats();
+  comm.close();
+  if (rank == 0)
+    std::printf("scatter_engine: %lld groups, %lld handshakes, target cache %lld hits / %lld misses\n",
+                static_cast<long long>(st.groups), static_cast<long long>(st.handshakes),
+                static_cast<long long>(st.cache_hits), static_cast<long long>(st.cache_misses));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,103 +208,7 @@ int main(int argc, char** argv) {
 
   long long mismatches = 0, checked = 0;
   try {
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    int local_rank = 0;
-    MPI_Comm_rank(node, &local_rank);
-    MPI_Comm_free(&node);
-
-    // One GPU per rank where there are enough; ranks share them round robin otherwise
-    // (functional checks only: the copies of ranks on one GPU are time-sliced).
-    const int gpus = args.device == "cuda" ? uipc::Device::cuda_device_count() : 0;
-    if (args.device == "cuda" && gpus == 0)
-      throw uipc::Error(uipc::ErrorKind::kBadInput, "--device cuda: no usable GPU");
-    uipc::Device dev =
-        args.device == "sim" ? uipc::Device::simulated(MPI_COMM_WORLD) : uipc::Device::cuda(local_rank % gpus);
-    dev.set_watchdog_seconds(30);
-    uipc::Options opt;
-    opt.transport = args.transport;
-    opt.ranks_per_node = args.ranks_per_node;
-    uipc::Communicator comm = uipc::Communicator::create(MPI_COMM_WORLD, dev, opt);
-    if (rank == 0)
-      std::printf("scatter_engine: ulysses_ipc %s, %d ranks, %s, transport %s%s%s\n", uipc::version().c_str(), P,
-                  dev.name().c_str(), comm.transport().c_str(), comm.fallback_reason().empty() ? "" : " - ",
-                  comm.fallback_reason().c_str());
-
-    const int64_t B = 2, Sl = 24, S = Sl * P, D = 32;
-    const int H = 3 * P, Hl = H / P;
-    const int64_t row = static_cast<int64_t>(H) * D;  // one of Q, K, V in a token row
-    const uipc::Shape shape{B, Sl, H, static_cast<int>(D), uipc::DType::kFP32};
-    const size_t qkv_elems = static_cast<size_t>(B * Sl * 3 * row), hp_elems = static_cast<size_t>(B * S * Hl * D);
-    uipc::Buffer qkv = dev.alloc(qkv_elems * sizeof(float));
-    uipc::Buffer attn_out = dev.alloc(hp_elems * sizeof(float));
-    uipc::Stream compute = dev.create_stream(), attention = dev.create_stream();
-    auto* base = static_cast<const float*>(qkv.data());
-
-    for (int t = 0; t < args.steps; ++t) {
-      // The projection's output: this rank's tokens s = rank*Sl + sl.
-      std::vector<float> rows(qkv_elems);
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t sl = 0; sl < Sl; ++sl)
-          for (int j = 0; j < 3; ++j)
-            for (int64_t h = 0; h < H; ++h)
-              for (int64_t d = 0; d < D; ++d)
-                rows[static_cast<size_t>((b * Sl + sl) * 3 * row + j * row + h * D + d)] =
-                    value(seed, t, j, b, rank * Sl + sl, h, d);
-      dev.copy_to_device(qkv.data(), rows.data(), qkv_elems * sizeof(float));
-
-      // V first, then Q, then K with the barrier: one handshake for the three.
-      const auto scatter = uipc::Direction::kScatter;
-      uipc::Exchange v = comm.submit({uipc::Tag::kV, scatter, base + 2 * row, 3 * row, shape, false}, compute);
-      uipc::Exchange q = comm.submit({uipc::Tag::kQ, scatter, base, 3 * row, shape, false}, compute);
-      uipc::Exchange k = comm.submit({uipc::Tag::kK, scatter, base + row, 3 * row, shape, true}, compute);
-      q.wait(attention);
-      k.wait(attention);
-      v.wait(attention);
-      attention.synchronize();
-
-      // (B, S, H/P, D): every token, this rank's heads rank*Hl ...
-      std::vector<float> got(hp_elems), v_heads;
-      for (int j = 0; j < 3; ++j) {
-        dev.copy_to_host(got.data(), (j == 0 ? q : j == 1 ? k : v).data(), hp_elems * sizeof(float));
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t s = 0; s < S; ++s)
-            for (int64_t hl = 0; hl < Hl; ++hl)
-              for (int64_t d = 0; d < D; ++d) {
-                const float want = value(seed, t, j, b, s, rank * Hl + hl, d);
-                mismatches += got[static_cast<size_t>(((b * S + s) * Hl + hl) * D + d)] != want;
-                ++checked;
-              }
-        if (j == 2) v_heads = got;
-      }
-      // The attention stand-in's output is this rank's heads of V; the targets are read.
-      dev.copy_to_device(attn_out.data(), v_heads.data(), hp_elems * sizeof(float));
-      comm.release(attention);
-
-      // The output gather: (B, S, H/P, D) back to (B, S/P, H, D), which must be our V rows.
-      uipc::Exchange o =
-          comm.submit({uipc::Tag::kO, uipc::Direction::kGather, attn_out.data(), 0, shape, true}, attention);
-      o.wait(attention);
-      attention.synchronize();
-      std::vector<float> back(static_cast<size_t>(B * Sl * row));
-      dev.copy_to_host(back.data(), o.data(), back.size() * sizeof(float));
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t sl = 0; sl < Sl; ++sl)
-          for (int64_t c = 0; c < row; ++c) {
-            const float want = value(seed, t, 2, b, rank * Sl + sl, c / D, c % D);
-            mismatches += back[static_cast<size_t>((b * Sl + sl) * row + c)] != want;
-            ++checked;
-          }
-      comm.release(attention);
-    }
-    attention.synchronize();
-    compute.synchronize();
-    const uipc::Stats st = comm.stats();
-    comm.close();
-    if (rank == 0)
-      std::printf("scatter_engine: %lld groups, %lld handshakes, target cache %lld hits / %lld misses\n",
-                  static_cast<long long>(st.groups), static_cast<long long>(st.handshakes),
-                  static_cast<long long>(st.cache_hits), static_cast<long long>(st.cache_misses));
+    run_engine(args, seed, rank, P, mismatches, checked);
   } catch (const uipc::Error& e) {
     std::fprintf(stderr, "scatter_engine: rank %d: ulysses_ipc error (kind %d): %s\n", rank, static_cast<int>(e.kind()),
                  e.what());
