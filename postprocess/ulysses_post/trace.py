@@ -503,8 +503,9 @@ class _RunExport:
         args.update({"op": i, "rank": v.rank, "kind": kind, "start_ms": t0, "end_ms": t1, "times": self.view})
         if kind in ("kernel", "copy"):
             args["dims"] = [int(d) for d in op["dims"]]
-        if self.view == "measured" and math.isfinite(float(op["measured_host_us"])):
-            args["host_us"] = float(op["measured_host_us"])  # how long its call held the host (its enqueue)
+        host_us = float(op["measured_host_us"]) if self.view == "measured" else math.nan
+        if math.isfinite(host_us):
+            args["host_us"] = host_us  # how long its call held the host (its enqueue)
         if kind in ("write_value", "wait_value"):
             args["epoch"] = int(op["value"])
         if kind == "wait_value":
