@@ -72,6 +72,15 @@ struct Sizes {
   }
 };
 
+// Elements compared with the reference, and how many differed.
+struct Tally {
+  long long mismatches = 0, checked = 0;
+  void count(float got, float want) {
+    mismatches += got != want;
+    ++checked;
+  }
+};
+
 // This rank's device: the simulated one, or one GPU per rank where there are enough (ranks
 // share them round robin otherwise: functional checks only, their copies are time-sliced).
 uipc::Device make_device(const Args& args) {
@@ -101,36 +110,34 @@ void write_projection(uipc::Device& dev, uipc::Buffer& qkv, const Sizes& z, uint
 // Counts the elements of a scattered tensor j (B, S, H/P, D: every token, this rank's heads
 // rank*Hl ...) that differ from the reference; returns the tensor as read.
 std::vector<float> check_scattered(uipc::Device& dev, const uipc::Exchange& x, int j, const Sizes& z, uint64_t seed,
-                                   int t, int rank, long long& mismatches, long long& checked) {
+                                   int t, int rank, Tally& tally) {
   std::vector<float> got(z.hp_elems);
   dev.copy_to_host(got.data(), x.data(), z.hp_elems * sizeof(float));
   for (int64_t b = 0; b < z.B; ++b)
     for (int64_t s = 0; s < z.S; ++s)
       for (int64_t hl = 0; hl < z.Hl; ++hl)
         for (int64_t d = 0; d < z.D; ++d) {
-          const float want = value(seed, t, j, b, s, rank * z.Hl + hl, d);
-          mismatches += got[static_cast<size_t>(((b * z.S + s) * z.Hl + hl) * z.D + d)] != want;
-          ++checked;
+          tally.count(got[static_cast<size_t>(((b * z.S + s) * z.Hl + hl) * z.D + d)],
+                      value(seed, t, j, b, s, rank * z.Hl + hl, d));
         }
   return got;
 }
 
 // Counts the elements of the gathered output (B, S/P, H, D) that differ from this rank's V rows.
 void check_gathered(uipc::Device& dev, const uipc::Exchange& o, const Sizes& z, uint64_t seed, int t, int rank,
-                    long long& mismatches, long long& checked) {
+                    Tally& tally) {
   std::vector<float> back(static_cast<size_t>(z.B * z.Sl * z.row));
   dev.copy_to_host(back.data(), o.data(), back.size() * sizeof(float));
   for (int64_t b = 0; b < z.B; ++b)
     for (int64_t sl = 0; sl < z.Sl; ++sl)
       for (int64_t c = 0; c < z.row; ++c) {
-        const float want = value(seed, t, 2, b, rank * z.Sl + sl, c / z.D, c % z.D);
-        mismatches += back[static_cast<size_t>((b * z.Sl + sl) * z.row + c)] != want;
-        ++checked;
+        tally.count(back[static_cast<size_t>((b * z.Sl + sl) * z.row + c)],
+                    value(seed, t, 2, b, rank * z.Sl + sl, c / z.D, c % z.D));
       }
 }
 
 // The engine's steps on one communicator; counts what differs from the reference.
-void run_engine(const Args& args, uint64_t seed, int rank, int P, long long& mismatches, long long& checked) {
+void run_engine(const Args& args, uint64_t seed, int rank, int P, Tally& tally) {
   uipc::Device dev = make_device(args);
   dev.set_watchdog_seconds(30);
   uipc::Options opt;
@@ -161,9 +168,9 @@ void run_engine(const Args& args, uint64_t seed, int rank, int P, long long& mis
     k.wait(attention);
     v.wait(attention);
     attention.synchronize();
-    check_scattered(dev, q, 0, z, seed, t, rank, mismatches, checked);
-    check_scattered(dev, k, 1, z, seed, t, rank, mismatches, checked);
-    const std::vector<float> v_heads = check_scattered(dev, v, 2, z, seed, t, rank, mismatches, checked);
+    check_scattered(dev, q, 0, z, seed, t, rank, tally);
+    check_scattered(dev, k, 1, z, seed, t, rank, tally);
+    const std::vector<float> v_heads = check_scattered(dev, v, 2, z, seed, t, rank, tally);
 
     // The attention stand-in's output is this rank's heads of V; the targets are read.
     dev.copy_to_device(attn_out.data(), v_heads.data(), z.hp_elems * sizeof(float));
@@ -174,7 +181,7 @@ void run_engine(const Args& args, uint64_t seed, int rank, int P, long long& mis
         comm.submit({uipc::Tag::kO, uipc::Direction::kGather, attn_out.data(), 0, shape, true}, attention);
     o.wait(attention);
     attention.synchronize();
-    check_gathered(dev, o, z, seed, t, rank, mismatches, checked);
+    check_gathered(dev, o, z, seed, t, rank, tally);
     comm.release(attention);
   }
   attention.synchronize();
@@ -206,16 +213,16 @@ int main(int argc, char** argv) {
   uint64_t seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
 
-  long long mismatches = 0, checked = 0;
+  Tally tally;
   try {
-    run_engine(args, seed, rank, P, mismatches, checked);
+    run_engine(args, seed, rank, P, tally);
   } catch (const uipc::Error& e) {
     std::fprintf(stderr, "scatter_engine: rank %d: ulysses_ipc error (kind %d): %s\n", rank, static_cast<int>(e.kind()),
                  e.what());
     MPI_Abort(MPI_COMM_WORLD, 3);
   }
 
-  long long totals[2] = {0, 0}, mine[2] = {mismatches, checked};
+  long long totals[2] = {0, 0}, mine[2] = {tally.mismatches, tally.checked};
   MPI_Allreduce(mine, totals, 2, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
   const bool pass = totals[0] == 0 && totals[1] > 0;
   if (rank == 0)
