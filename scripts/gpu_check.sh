@@ -7,6 +7,12 @@
 #   scripts/gpu_check.sh            # from the repository root or anywhere
 #   STEPS="build tests" scripts/gpu_check.sh    # only some sections (the build always runs)
 #   KERNEL_TESTS='-*StagedWalk*' scripts/gpu_check.sh   # a gtest filter for test_cuda_kernels
+#   PREBUILT=DIR scripts/gpu_check.sh   # binaries built elsewhere: no configure or build here
+#
+# PREBUILT names a folder holding test_cuda_kernels, test_cuda_device, bench_kernels and
+# ulysses-ipc, built for this GPU's architecture on another machine (a CUDA build with cuDNN
+# SDPA, CMakeCache's ULYSSES_CUDA_ARCH); the check then spends no GPU time compiling. The
+# Kokkos runtime those binaries link is found on the system or in the carried .kokkos/root.
 #
 # Sections (STEPS, default all): tests (GPU unit tests), bench (kernel benchmark, and the
 # peer link with two GPUs or more), sanitize (compute-sanitizer), app (the app on one GPU:
@@ -113,9 +119,23 @@ if [ ! -f /usr/include/CLI/CLI.hpp ] && [ -d .kokkos/root/usr/share/cmake/CLI11 
   note "cli11" "carried Debian package (.kokkos/root)"
 fi
 
-# --- configure and build
+# --- configure and build (or binaries built elsewhere)
 BUILD_LOG=$LOG/build.log
 : >"$BUILD_LOG"
+T=build-gpu/tests
+APP=build-gpu/app/ulysses-ipc
+if [ -n "${PREBUILT:-}" ]; then
+  T=$PREBUILT
+  APP=$PREBUILT/ulysses-ipc
+  if [ -d .kokkos/root ]; then
+    KOKKOS_LIB=$(find "$ROOT/.kokkos/root" -name 'libtrilinos_kokkoscore.so*' | head -1)
+    if [ -n "$KOKKOS_LIB" ]; then
+      LD_LIBRARY_PATH=$(dirname "$KOKKOS_LIB")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+      export LD_LIBRARY_PATH
+    fi
+  fi
+  note "build" "prebuilt binaries in $PREBUILT"
+fi
 CONF=(cmake -S . -B build-gpu -DULYSSES_CUDA=ON -DULYSSES_TESTS=ON -DCMAKE_BUILD_TYPE=Release "${KOKKOS_ARGS[@]}")
 TARGETS=(test_cuda_kernels test_cuda_device bench_kernels)
 # Sections of the app alone (STEPS="ablations graphs", say) build the app and bench_kernels
@@ -123,7 +143,9 @@ TARGETS=(test_cuda_kernels test_cuda_device bench_kernels)
 # compiles would take is not spent.
 want tests || want sanitize || TARGETS=(ulysses-ipc bench_kernels)
 built=0
-if run_step "configure" "$BUILD_LOG" 300 "${CONF[@]}" -DULYSSES_CUDNN_SDPA=ON; then
+if [ -n "${PREBUILT:-}" ]; then
+  run_step "prebuilt binaries load" "$BUILD_LOG" 60 "$APP" --version && built=1
+elif run_step "configure" "$BUILD_LOG" 300 "${CONF[@]}" -DULYSSES_CUDNN_SDPA=ON; then
   if run_step "build (cuDNN SDPA on)" "$BUILD_LOG" 420 cmake --build build-gpu --target "${TARGETS[@]}" -j"$JOBS"; then
     built=1
   elif run_step "configure without cuDNN SDPA" "$BUILD_LOG" 300 "${CONF[@]}" -DULYSSES_CUDNN_SDPA=OFF &&
@@ -136,7 +158,6 @@ grep -E "cuDNN|NCCL|Kokkos headers" "$BUILD_LOG" | sort -u >>"$LOG/env.log"
 # --- GPU tests and benchmark
 TEST_LOG=$LOG/tests.log
 : >"$TEST_LOG"
-T=build-gpu/tests
 if [ $built -eq 1 ] && want tests; then
   run_step "test_cuda_kernels" "$TEST_LOG" 600 "${ONE_GPU[@]}" "$T/test_cuda_kernels" --gtest_filter="${KERNEL_TESTS:-*}"
   for np in 1 2 4; do
@@ -173,10 +194,11 @@ fi
 # nccl transport, gather and TP all-reduce run over MPI staged through the host).
 APP_LOG=$LOG/app.log
 : >"$APP_LOG"
-APP=build-gpu/app/ulysses-ipc
 mkdir -p "$LOG/reports"
 app_built=0
-if { want app || want ablations || want graphs || want multi || want soak; } &&
+if [ -n "${PREBUILT:-}" ]; then
+  app_built=$built
+elif { want app || want ablations || want graphs || want multi || want soak; } &&
   run_step "build ulysses-ipc" "$APP_LOG" "${APP_BUILD_LIMIT:-240}" cmake --build build-gpu --target ulysses-ipc -j"$JOBS"; then
   app_built=1
 fi
