@@ -164,3 +164,13 @@ add_host_floor docs/measured/2026-12-06-h100-2f6777f 2f6777f
 # And an eighth at 54ff11e (fourteenth session), the first whose benches time the one-rank IPC
 # handshake behind a kernel and a write and wait on the kernel's own stream, as graph nodes.
 add_host_floor docs/measured/2026-12-06-h100-54ff11e 54ff11e
+# And a ninth at 6cf8e34 (twenty-first session; docs/measured/2026-12-07-h100-6cf8e34): the first
+# GPU check run from binaries built elsewhere (gpu_check.sh PREBUILT), with the ablations of FLUX
+# 2048 and the floor at Ulysses1 and the FLUX graphs decks beside the floor: out of sample, as the
+# H100 reports above.
+add_host_floor docs/measured/2026-12-07-h100-6cf8e34 6cf8e34
+M13=docs/measured/2026-12-07-h100-6cf8e34
+for n in flux-2048-u1-ablations floor-u1 graphs-flux-dev-1024-u1 graphs-flux-dev-2048-u1; do
+  PAIRS_H100+=(--pair "$M13/$n-6cf8e34.h5=$T/$n-6cf8e34.h5")
+  FROM_REPORT+=("$M13/$n-6cf8e34.h5")
+done
