@@ -53,7 +53,7 @@ def main():
                     cells += ["-", "-", "-"] + ["-"] * len(shown)
                 out.append(cells)
     print(f"MODELLED on {a.machine}: the GPU check's one-rank runs (scripts/gpu_decks.sh); band: the 5-95% "
-          f"leave-one-out errors of the {NEAREST} measured runs nearest in size ({a.loo})")
+          f"leave-one-out errors of the {NEAREST} measured reports nearest in size, a run each ({a.loo})")
     if a.markdown:
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))

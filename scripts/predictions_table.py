@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """The predictions tables of docs/predictions.md and docs/predictions-hier.md from --mode
 model reports (every figure MODELLED).
-Usage: predictions_table.py [--predict P.json --loo LOO.md --seconds S] MACHINE REPORT...
+Usage: predictions_table.py [--predict P.json --loo ERRORS.md --seconds S] MACHINE REPORT...
        predictions_table.py [...] --section MACHINE REPORT...   (one machine's tables, no page header)
+       predictions_table.py --coverage TABLE...   (how often the bands hold, each report left out)
 --predict: `ulysses-ipc model predict` of the same reports (each run's layer and scatter
-as medians over start skews, its most sensitive parameters); --loo: the leave-one-out table (docs/model-loo.md), whose spread of layer and
-scatter errors gives each figure its band. See scripts/model_predictions.sh."""
+as medians over start skews, its most sensitive parameters); --loo: a table of measured against
+modelled runs (the leave-one-out's, docs/model-loo.md) whose spread of layer and scatter errors
+gives each figure its band. See scripts/model_predictions.sh."""
 import argparse
 import json
 import math
@@ -33,7 +35,9 @@ def quantile(v, q):
 
 
 def loo_rows(path):
-    """(measured, modelled / measured - 1) of the layer and of the scatter of every leave-one-out row."""
+    """(measured, modelled / measured - 1, report) of the layer and of the scatter of every row of a
+    table of measured against modelled runs (`model loo` or `model validate`, --markdown). A row
+    whose scatter was not timed apart (a layer timed as a whole) gives its layer only."""
     layer, scatter = [], []
     for line in open(path):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -43,22 +47,41 @@ def loo_rows(path):
             (lm, lp), (sm, sp) = (map(float, cells[3].split(" / ")), map(float, cells[4].split(" / ")))
         except ValueError:
             continue
-        if lm > 0 and sm > 0:
-            layer.append((lm, lp / lm - 1))
-            scatter.append((sm, sp / sm - 1))
-    if len(layer) < NEAREST:
-        raise SystemExit(f"{path}: fewer than {NEAREST} leave-one-out rows: run scripts/model_loo.sh first")
+        if lm > 0:
+            layer.append((lm, lp / lm - 1, cells[0]))
+        if sm > 0:
+            scatter.append((sm, sp / sm - 1, cells[0]))
+    if len({r for _, _, r in layer}) < NEAREST:
+        raise SystemExit(f"{path}: rows of fewer than {NEAREST} reports: run scripts/model_loo.sh first")
     return {"layer": layer, "scatter": scatter}
 
 
-NEAREST = 20  # the band of a figure: the leave-one-out runs nearest to it in size
+NEAREST = 20  # the band of a figure: the errors of the NEAREST reports nearest to it in size, one run each
 
 
 def band(v, rows):
-    """(low, high): the band the leave-one-out errors of the NEAREST runs of a similar measured size give v."""
-    near = sorted(rows, key=lambda r: abs(math.log(r[0] / v)))[:NEAREST]
-    errs = [e for _, e in near]
+    """(low, high): the 5th to 95th percentile of the errors that the NEAREST reports give v, each
+    report by its run nearest to v in measured size. A report is one session on one host, whose
+    runs share that session's bias: the band spans sessions, not the runs of one (docs/model.md,
+    "Predictions")."""
+    errs, seen = [], set()
+    for _, e, report in sorted(rows, key=lambda r: abs(math.log(r[0] / v))):
+        if report not in seen:
+            seen.add(report)
+            errs.append(e)
+            if len(errs) == NEAREST:
+                break
     return v / (1 + quantile(errs, 0.95)), v / (1 + quantile(errs, 0.05))
+
+
+def coverage(rows):
+    """(inside, n): of the rows, how many measured layers lie inside the band that the other reports'
+    rows give their modelled figure: the band tested the way a new session tests it."""
+    inside = 0
+    for measured, err, report in rows:
+        lo, hi = band(measured * (1 + err), [r for r in rows if r[2] != report])
+        inside += lo <= measured <= hi
+    return inside, len(rows)
 
 
 def banded(v, rows):
@@ -73,9 +96,19 @@ def main():
     ap.add_argument("--predict")
     ap.add_argument("--loo")
     ap.add_argument("--seconds", type=int)
-    ap.add_argument("machine")
-    ap.add_argument("reports", nargs="+")
+    ap.add_argument("--coverage", nargs="+", metavar="TABLE",
+                    help="print how often each table's measured layers lie inside the band its other reports give")
+    ap.add_argument("machine", nargs="?")
+    ap.add_argument("reports", nargs="*")
     a = ap.parse_args()
+    if a.coverage:
+        for path in a.coverage:
+            inside, n = coverage(loo_rows(path)["layer"])
+            print(f"{path}: {inside} of {n} measured layers ({100 * inside / n:.0f}%) inside the 5-95% band that the "
+                  "other reports give them")
+        return
+    if not a.machine or not a.reports:
+        ap.error("MACHINE and REPORT... are required (or --coverage TABLE...)")
     machine, paths = a.machine, a.reports
     predict = json.load(open(a.predict)) if a.predict else {}
     spread = loo_rows(a.loo) if a.loo else None
@@ -102,10 +135,11 @@ def main():
                "times the machine's (one replay of a multi-rank scatter moves in steps with where the ranks' "
                "copies meet on the links; a `--mode model` run itself prints the one replay at the machine's "
                "skew), each with its band: the modelled figure divided by 1 + the 95th and 5th percentiles of "
-               f"the leave-one-out errors (docs/model-loo.md) of the {NEAREST} measured runs nearest to it in "
-               "size (a long attention-bound layer takes the spread of long layers, a near-empty one that of the "
-               "latency floors): where the model ran short (or long) on every nearby run, the band lies above "
-               "(or below) the figure itself; `layer x`: nccl.baseline's layer / this run's; `scatter x`: the "
+               f"the leave-one-out errors (docs/model-loo.md) that the {NEAREST} measured reports nearest to it "
+               "in size give, each by its run nearest in size (a long attention-bound layer takes the spread of long layers, a near-empty one that of the latency "
+               "floors; one run a report, so that the band spans sessions and hosts, not the runs of one): where "
+               "the model ran short (or long) on every nearby report, the band lies above (or below) the figure "
+               "itself; `layer x`: nccl.baseline's layer / this run's; `scatter x`: the "
                "nccl run's scatter / this run's, same schedule (both of medians); `norm_rope`, `attention`, "
                "`gather`: one replay at the machine's skew; `scatter ms over start skew +-20%`: the smallest and "
                "largest scatter of ten replays at 0.8 to 1.2 times the machine's skew: a spread here is what the "
