@@ -136,3 +136,21 @@ def test_a_layers_exports_are_charged_a_first_exports_cost() -> None:
             for f in ("alloc-716e41a.txt", "bench_kernels-6cf8e34.txt", "bench-alloc-norm-6cf8e34-second.txt"):
                 assert f in c["source"], (name, param, f)
     assert round(float(np.median(fresh)), 1) == 625.4 and round(float(np.median(close)), 1) == 598.4
+
+
+def test_every_kernel_test_passes_under_memcheck() -> None:
+    """The 19 kernel tests (gpu-tests-6cf8e34.txt names them) across the memcheck calls: each passes
+    once, no error is reported, and every call that ran to its end says 0 errors."""
+    names = set(re.findall(r"\[       OK \] CudaKernelsTest\.(\w+)", (MEASURED / "gpu-tests-6cf8e34.txt").read_text()))
+    assert len(names) == 19
+    ran: set[str] = set()
+    for f in ("memcheck-norm-6cf8e34.txt", "memcheck-staged-6cf8e34-third.txt", "memcheck-rest-6cf8e34-third.txt",
+              "memcheck-last-6cf8e34-third.txt"):
+        text = (MEASURED / f).read_text()
+        assert "Invalid" not in text and "FAILED" not in text, f
+        if f != "memcheck-norm-6cf8e34.txt":  # call 7 was cut at 150 s before its summary
+            assert "ERROR SUMMARY: 0 errors" in text, f
+        ran |= set(re.findall(r"\[       OK \] CudaKernelsTest\.(\w+)", text))
+    assert ran == names, names ^ ran
+    device = (MEASURED / "memcheck-device-np2-6cf8e34-third.txt").read_text()
+    assert device.count("ERROR SUMMARY: 0 errors") == 2 and "PASSED" in device and "FAILED" not in device
