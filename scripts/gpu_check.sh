@@ -154,6 +154,10 @@ elif run_step "configure" "$BUILD_LOG" 300 "${CONF[@]}" -DULYSSES_CUDNN_SDPA=ON;
   fi
 fi
 grep -E "cuDNN|NCCL|Kokkos headers" "$BUILD_LOG" | sort -u >>"$LOG/env.log"
+# Binaries built elsewhere: the code they were built from and the libraries they load here.
+if [ -n "${PREBUILT:-}" ]; then
+  { "$APP" --version; ldd "$APP" | grep -E "cudnn|nccl|cublas|kokkos"; } >>"$LOG/env.log" 2>&1
+fi
 
 # --- GPU tests and benchmark
 TEST_LOG=$LOG/tests.log
