@@ -87,3 +87,4 @@ def test_the_committed_bands_hold_as_docs_model_md_says() -> None:
     # this figure: say the new one there.
     inside, n = pt.coverage(pt.loo_rows(str(REPO / "docs" / "model-loo.md"))["layer"])
     assert (inside, n) == (395, 456)
+    assert f"{inside} of {n} ({round(100 * inside / n)}%)" in (REPO / "docs" / "model.md").read_text()
