@@ -176,6 +176,14 @@ if [ $built -eq 1 ] && want bench; then
   # at that rate with no fixed cost left (docs/model.md, "A second H100 at 0ccee14").
   run_step "bench_kernels norm at 4608 tokens" "$LOG/bench-norm-4608.log" 300 "$T/bench_kernels" --sections norm \
     --norm-tokens 4608 -o "$LOG/bench-norm-4608.h5"
+  # Our attention against cuDNN SDPA through PyTorch on the same GPU in the same call (issue
+  # #22): bench_kernels' own cuDNN row on the anchor shape beside torch's, and the ratio.
+  if [ -x /opt/torch/.venv/bin/python ]; then
+    run_step "torch SDPA beside ours" "$LOG/torch-sdpa.log" 180 env PYTHONUNBUFFERED=1 /opt/torch/.venv/bin/python \
+      scripts/torch_sdpa_bench.py --bench-log "$LOG/bench.log" -o "$LOG/torch-sdpa.h5"
+  else
+    note "torch SDPA beside ours" "not run: no /opt/torch/.venv"
+  fi
 fi
 
 # --- compute-sanitizer over the GPU tests (memcheck, racecheck)
@@ -410,6 +418,11 @@ PYTHONPATH=$ROOT/postprocess "$PY" -m ulysses_post clocks "$LOG/clocks.csv" "$LO
     echo
     echo "graphs against op by op, same run (layer median ms; speedup = op-by-op / graphs; enqueue: rank 0's host ms)"
     cat "$LOG/graphs-table.txt"
+  fi
+  if [ -s "$LOG/torch-sdpa.log" ]; then
+    echo
+    echo "attention, ours (bench_kernels) against cuDNN SDPA through PyTorch, same GPU, same call"
+    grep -E "^torch sdpa|^ours" "$LOG/torch-sdpa.log"
   fi
   if [ -s "$LOG/clocks-table.txt" ]; then
     echo

@@ -71,7 +71,8 @@ if [ -x "$T/bench_kernels" ]; then
   # its own, for the summary.
   sed -n '/^norm+RoPE table/,/^1-lnch:/p' "$LOG/bench_kernels.log" >"$LOG/norm_rope_table.txt"
   if want torch && [ -x /opt/torch/.venv/bin/python ]; then
-    step torch_sdpa 120 env PYTHONUNBUFFERED=1 /opt/torch/.venv/bin/python scripts/torch_sdpa_bench.py
+    step torch_sdpa 120 env PYTHONUNBUFFERED=1 /opt/torch/.venv/bin/python scripts/torch_sdpa_bench.py \
+      --bench-log "$LOG/bench_kernels.log" -o "$LOG/torch_sdpa.h5"
   fi
 fi
 APP=build-gpu/app/ulysses-ipc
