@@ -52,7 +52,7 @@ def main():
                 elif a.measured:
                     cells += ["-", "-", "-"] + ["-"] * len(shown)
                 out.append(cells)
-    print(f"MODELLED on {a.machine}: the GPU check's one-rank runs (scripts/gpu_decks.sh); band: the 5-95% "
+    print(f"MODELLED on {a.machine}: the GPU check's one-rank runs (scripts/gpu_decks.sh); 90% band: the range of the "
           f"leave-one-out errors of the {NEAREST} measured reports nearest in size, a run each ({a.loo})")
     if a.markdown:
         print("| " + " | ".join(head) + " |")

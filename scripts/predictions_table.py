@@ -27,13 +27,6 @@ def blob(machine):
     return git("hash-object", f"inputs/machines/{machine}.json")[:12]
 
 
-def quantile(v, q):
-    v = sorted(v)
-    x = q * (len(v) - 1)
-    i = int(x)
-    return v[i] if i + 1 >= len(v) else v[i] + (x - i) * (v[i + 1] - v[i])
-
-
 def loo_rows(path):
     """(measured, modelled / measured - 1, report) of the layer and of the scatter of every row of a
     table of measured against modelled runs (`model loo` or `model validate`, --markdown). A row
@@ -60,10 +53,13 @@ NEAREST = 20  # the band of a figure: the errors of the NEAREST reports nearest 
 
 
 def band(v, rows):
-    """(low, high): the 5th to 95th percentile of the errors that the NEAREST reports give v, each
-    report by its run nearest to v in measured size. A report is one session on one host, whose
-    runs share that session's bias: the band spans sessions, not the runs of one (docs/model.md,
-    "Predictions")."""
+    """(low, high): the range (smallest to largest) of the errors that the NEAREST reports give v,
+    each report by its run nearest to v in measured size: a 90% prediction band. For exchangeable
+    errors a new one lies inside the range of NEAREST others with probability (NEAREST - 1) /
+    (NEAREST + 1) = 19/21 (order statistics; no distribution assumed), where the 5th to 95th
+    percentile of 20 interpolated holds about 17.1/21 = 81% (docs/model.md, "Predictions"). A report
+    is one session on one host, whose runs share that session's bias: the band spans sessions, not
+    the runs of one."""
     errs, seen = [], set()
     for _, e, report in sorted(rows, key=lambda r: abs(math.log(r[0] / v))):
         if report not in seen:
@@ -71,7 +67,7 @@ def band(v, rows):
             errs.append(e)
             if len(errs) == NEAREST:
                 break
-    return v / (1 + quantile(errs, 0.95)), v / (1 + quantile(errs, 0.05))
+    return v / (1 + max(errs)), v / (1 + min(errs))
 
 
 def coverage(rows):
@@ -104,8 +100,8 @@ def main():
     if a.coverage:
         for path in a.coverage:
             inside, n = coverage(loo_rows(path)["layer"])
-            print(f"{path}: {inside} of {n} measured layers ({100 * inside / n:.0f}%) inside the 5-95% band that the "
-                  "other reports give them")
+            print(f"{path}: {inside} of {n} measured layers ({100 * inside / n:.0f}%) inside the 90% band (the range of "
+                  f"{NEAREST} reports' errors) that the other reports give them")
         return
     if not a.machine or not a.reports:
         ap.error("MACHINE and REPORT... are required (or --coverage TABLE...)")
@@ -134,7 +130,7 @@ def main():
                "median of five replays with the ranks' start skew (`start_skew_us`) at 0.8, 0.9, 1, 1.1 and 1.2 "
                "times the machine's (one replay of a multi-rank scatter moves in steps with where the ranks' "
                "copies meet on the links; a `--mode model` run itself prints the one replay at the machine's "
-               "skew), each with its band: the modelled figure divided by 1 + the 95th and 5th percentiles of "
+               "skew), each with its 90% band: the modelled figure divided by 1 + the largest and smallest of "
                f"the leave-one-out errors (docs/model-loo.md) that the {NEAREST} measured reports nearest to it "
                "in size give, each by its run nearest in size (a long attention-bound layer takes the spread of long layers, a near-empty one that of the latency "
                "floors; one run a report, so that the band spans sessions and hosts, not the runs of one): where "

@@ -52,8 +52,8 @@ def test_a_band_takes_one_run_of_each_of_the_nearest_reports(tmp_path: Path) -> 
     lo, hi = pt.band(1.0, layer)
     # The 20 nearest reports: one-session (+10%) and session-0..18 (errors -5% to +4.0%).
     errs = sorted([0.10] + spread[:19])
-    assert lo == pytest.approx(1 / (1 + pt.quantile(errs, 0.95)), rel=2e-4)  # the table rounds to 0.1 us
-    assert hi == pytest.approx(1 / (1 + pt.quantile(errs, 0.05)), rel=2e-4)
+    assert lo == pytest.approx(1 / (1 + max(errs)), rel=2e-4)  # the table rounds to 0.1 us
+    assert hi == pytest.approx(1 / (1 + min(errs)), rel=2e-4)
     assert hi - lo > 0.08  # runs of one report alone give a band of 0.0002
     # Fewer reports than a band needs is refused, however many runs they hold.
     write_table(tmp_path / "few.md", rows[:60] + rows[60:70])
@@ -81,10 +81,27 @@ def test_coverage_leaves_each_report_out(tmp_path: Path) -> None:
     assert inside == n - len(out)
 
 
+def test_a_band_holds_nineteen_in_twenty_one_exchangeable_errors(tmp_path: Path) -> None:
+    # 300 reports of one run each, of sizes 1 to 4 ms, fresh random errors from one distribution
+    # (skewed, so that nothing rests on a symmetric shape): left out in turn, a report lies inside the
+    # range of the 20 others nearest it in size with probability 19/21 = 90.5%. Over 40 such tables
+    # the rate ran 0.88-0.94; the 5th-95th percentile of 20, interpolated, 0.79-0.85 (mean 0.82):
+    # this fails for that band.
+    rng = random.Random()
+    rows = []
+    for i in range(300):
+        m = 1.0 + 0.01 * i
+        rows.append((f"s{i}.h5", m, m * (1.0 + rng.lognormvariate(0, 0.6) * 0.05 - 0.04)))
+    write_table(tmp_path / "t.md", rows)
+    inside, n = pt.coverage(pt.loo_rows(str(tmp_path / "t.md"))["layer"])
+    assert n == 300
+    assert 0.86 <= inside / n <= 0.96, inside
+
+
 def test_the_committed_bands_hold_as_docs_model_md_says() -> None:
-    # docs/model.md ("Predictions"): each report of docs/model-loo.md left out in turn, 395 of its 456
-    # measured layers lie inside the band the others give them. A new leave-one-out table changes
+    # docs/model.md ("Predictions"): each report of docs/model-loo.md left out in turn, 422 of its 456
+    # measured layers lie inside the band (the range of 20 reports' errors) the others give them. A new leave-one-out table changes
     # this figure: say the new one there.
     inside, n = pt.coverage(pt.loo_rows(str(REPO / "docs" / "model-loo.md"))["layer"])
-    assert (inside, n) == (395, 456)
+    assert (inside, n) == (422, 456)
     assert f"{inside} of {n} ({round(100 * inside / n)}%)" in (REPO / "docs" / "model.md").read_text()
