@@ -116,13 +116,13 @@ def write_h5(path, version, rows, ours):
     with h5py.File(path, "w") as f:
         g = f.create_group("torch_sdpa")
         g.attrs["shape"] = SHAPE
-        g.attrs["torch"] = version
+        g.attrs["torch"] = str(version)  # torch.__version__ is a str subclass h5py cannot store
         for key in ("backend", "layout", "clocks_before", "clocks_after"):
             g.create_dataset(key, data=np.array([r[key] for r in rows], dtype=h5py.string_dtype()))
         for key in ("ms", "min_ms", "max_ms", "tflops", "rel_err"):
             g.create_dataset(key, data=np.array([r[key] for r in rows], dtype=float))
         if ours is not None:
-            g.attrs["ours_ms"], g.attrs["ours_tflops"] = ours
+            g.attrs["ours_ms"], g.attrs["ours_tflops"] = float(ours[0]), float(ours[1])
 
 
 def main():

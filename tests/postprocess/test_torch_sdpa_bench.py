@@ -42,3 +42,23 @@ def test_ratio_is_torch_over_ours():
     assert "BHSD contiguous: 0.975x" in line
     assert "flash" not in line
     assert tsb.ratio_line(1.2, rows[1:2]) == "ours / torch cuDNN: no torch cuDNN row"
+
+
+def test_the_rows_are_written_to_hdf5_and_read_back(tmp_path):
+    import h5py
+
+    class Version(str):  # torch.__version__ is a str subclass (TorchVersion), which h5py refuses as it is
+        pass
+
+    rows = [{"backend": "cudnn", "layout": "BSHD view", "ms": 1.2717, "min_ms": 1.1947, "max_ms": 1.3677,
+             "tflops": 648.5, "rel_err": 0.0, "clocks_before": "1980 MHz", "clocks_after": "1695 MHz"},
+            {"backend": "flash", "layout": "BSHD view", "ms": 2.3269, "min_ms": 2.2803, "max_ms": 2.3727,
+             "tflops": 354.4, "rel_err": 3.1e-3, "clocks_before": "1950 MHz", "clocks_after": "1890 MHz"}]
+    path = tmp_path / "t.h5"
+    tsb.write_h5(str(path), Version("2.11.0+cu130"), rows, (1.2605, 654.2))
+    with h5py.File(path) as f:
+        g = f["torch_sdpa"]
+        assert g.attrs["torch"] == "2.11.0+cu130" and g.attrs["shape"] == tsb.SHAPE
+        assert [b.decode() for b in g["backend"][...]] == ["cudnn", "flash"]
+        assert list(g["ms"][...]) == [1.2717, 2.3269]
+        assert g.attrs["ours_ms"] == 1.2605
