@@ -170,6 +170,11 @@ if [ $built -eq 1 ] && want tests; then
   done
 fi
 if [ $built -eq 1 ] && want bench; then
+  # Fresh logs: a warm machine keeps build-gpu/logs between calls, and the torch step reads
+  # this call's bench row from bench.log.
+  : >"$LOG/bench.log"
+  : >"$LOG/bench-norm-4608.log"
+  : >"$LOG/torch-sdpa.log"
   run_step "bench_kernels" "$LOG/bench.log" 600 "$T/bench_kernels" -o "$LOG/bench.h5"
   # norm+RoPE again at FLUX 1024's size (4608 tokens, the graphs section's deck): the model
   # takes the 16896-token rates for every size, and on one H100 FLUX 1024's norm stage ran

@@ -26,13 +26,15 @@ OURS_ROW = "attention (ULYSSES_ATTENTION=cudnn)"
 
 
 def ours_from_bench_log(text):
-    """(ms, TFLOP/s) of bench_kernels' own cuDNN SDPA row on SHAPE, or None when absent."""
+    """(ms, TFLOP/s) of bench_kernels' own cuDNN SDPA row on SHAPE, or None when absent: the
+    last such row, the latest run where a log holds several (the GPU check appends to its logs)."""
+    found = None
     for line in text.splitlines():
         cols = [c.strip() for c in line.split("|")]
         if len(cols) >= 5 and cols[1] == OURS_ROW and cols[2] == SHAPE:
             m = re.match(r"([0-9.]+)\s+TFLOP/s", cols[4])
-            return float(cols[3]), (float(m.group(1)) if m else FLOPS / float(cols[3]) * 1e-9)
-    return None
+            found = float(cols[3]), (float(m.group(1)) if m else FLOPS / float(cols[3]) * 1e-9)
+    return found
 
 
 def ratio_line(ours_ms, torch_rows):

@@ -31,6 +31,15 @@ def test_other_rows_and_shapes_are_not_taken():
     assert tsb.ours_from_bench_log("") is None
 
 
+def test_the_latest_run_of_an_appended_log_is_taken():
+    # A warm GPU machine keeps build-gpu/logs: a second call appended its bench run to the first's
+    # (1.2605 ms, then 1.2910 ms on one H100, 2026-12-07); the ratio must use the second.
+    text = STORED.read_text()
+    second = text.replace("|    1.2558 |   656.634 TFLOP/s", "|    1.2910 |   638.778 TFLOP/s")
+    assert second != text
+    assert tsb.ours_from_bench_log(text + second) == (1.2910, 638.778)
+
+
 def test_ratio_is_torch_over_ours():
     rows = [
         {"backend": "cudnn", "layout": "BSHD view", "ms": 1.30},
