@@ -10,8 +10,8 @@ told apart from the card's clocks. Run with the GPU machine's /opt/torch/.venv p
 
 --bench-log: bench_kernels' printed table from the same call; its row "attention
 (ULYSSES_ATTENTION=cudnn)" is put beside PyTorch's and the ratio printed (ours / torch:
-above 1 means ours is faster). -o: the rows as an HDF5 table (h5py), the ratio as an
-attribute. The parsing (`ours_from_bench_log`, `ratio_line`) imports no torch, so the CPU
+above 1 means ours is faster). -o: the rows as an HDF5 table (h5py), our row's ms and
+TFLOP/s as attributes. The parsing (`ours_from_bench_log`, `ratio_line`) imports no torch, so the CPU
 tests exercise it.
 """
 import argparse
