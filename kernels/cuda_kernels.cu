@@ -1531,7 +1531,13 @@ bool lane_single_serve(NormKind norm, int elem_bytes, int head_dim, int heads) {
 // (ahead in 8 of 8 cell-runs, by 3.2-5.6 points). It led lane rows in every other 16-bit cell too
 // (RoPE only and RMS at 64 and 72, LayerNorm at 64: 48 of 48 cell-runs), where it is behind the
 // pick or at most 1.6 points ahead of it, within the runs' spread: the pick stays. Not yet on an
-// H200.
+// H200. Three changes to the single-tile walk were measured beside it on one H100 and withdrawn
+// (docs/measured/2026-12-07-h100-b460a49-lane-trials, each kept as a patch): LayerNorm's statistics
+// in four partial sums (within the runs' spread); the next tile brought into L2 with
+// cp.async.bulk.prefetch.L2 while this one is computed (17-23 points lost in every cell); the
+// copies' chunk index stepped instead of divided (53 registers against 48, no gain). Nsight Compute
+// there: this walk's LayerNorm issues 1978 thread instructions a head row against RMS's 1579, with
+// 61-62% of issue slots busy.
 template <typename T, int kNorm>
 bool lane_rows_is_pick(bool pow2_groups) {
   return kNorm == static_cast<int>(NormKind::kLayerPerHead) && sizeof(T) == 2 && !pow2_groups;
