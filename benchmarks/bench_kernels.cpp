@@ -152,6 +152,9 @@ struct NormCell {
   std::string lane_kernel, lane1_kernel;
   int blocks = 0, blocks_per_sm = 0, warps_per_sm = 0, regs = 0;
   double smem_kb = 0, inflight_kb_per_sm = 0;
+  // The Q+K launch's occupancy (the pick with Q and K in one launch may take another walk).
+  int qk_regs = 0, qk_blocks_per_sm = 0, qk_warps_per_sm = 0;
+  double qk_smem_kb = 0, qk_inflight_kb_per_sm = 0;
 };
 
 // heads_dims: (H, D) pairs to measure instead of the table's (3072 / D, D) for D 64, 72, 128
@@ -346,8 +349,59 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       // bytes each has loading at once.
       const double warps_used = std::min<double>(c.warps_per_sm, static_cast<double>(info.blocks) * info.threads / 32 / sms);
       c.inflight_kb_per_sm = warps_used * info.inflight_per_warp / 1024.0;
+      c.qk_regs = qk_info.regs;
+      c.qk_blocks_per_sm = qk_info.blocks_per_sm;
+      c.qk_warps_per_sm = qk_info.blocks_per_sm * qk_info.threads / 32;
+      c.qk_smem_kb = qk_info.smem / 1024.0;
+      c.qk_inflight_kb_per_sm =
+          std::min<double>(c.qk_warps_per_sm, static_cast<double>(qk_info.blocks) * qk_info.threads / 32 / sms) *
+          qk_info.inflight_per_warp / 1024.0;
       cells.push_back(c);
     }
+  }
+}
+
+// The rate of the walk a cell's Q+K pick takes over the same views with RoPE only (no norm), as a
+// share of the copy bound: the RoPE-only cell's row of that walk (lane rows 1t, lane rows, flat);
+// 0 where that walk was not measured with RoPE only.
+double same_walk_rope_only(const std::vector<NormCell>& cells, const NormCell& c) {
+  for (const auto& r : cells) {
+    if (r.kind != "none" || r.D != c.D || r.H != c.H || r.dtype != c.dtype || r.layout != c.layout) continue;
+    const std::string& k = c.qk_kernel;
+    if (k.rfind("lane rows 1t", 0) == 0) return r.qk_lane1_of_bound;
+    if (k.rfind("lane rows", 0) == 0) return r.qk_lane_of_bound;
+    if (k.rfind("flat", 0) == 0) return r.qk_flat_of_bound;
+  }
+  return 0;
+}
+
+// Why each cell below 85% of the copy bound with Q and K in one launch (what the layer runs under
+// baseline, v-first, v-project-first) stays there, in numbers: its bytes and rate; its launch's
+// registers, blocks, warps, shared memory and bytes in flight a multiprocessor; the streaming
+// kernel over the same views in one launch (no arithmetic); and the same walk over the same views
+// with RoPE only, the walk's own ceiling: what the cell is short of it is the norm's arithmetic.
+void print_norm_why(const std::vector<NormCell>& cells, double bound_tbs) {
+  bool header = false;
+  for (const auto& c : cells) {
+    if (c.qk_of_bound >= 0.85) continue;
+    if (!header)
+      std::printf("\nwhy below 85%% with Q and K in one launch (bound = %.3f TB/s device copy):\n", bound_tbs);
+    header = true;
+    const double rope = same_walk_rope_only(cells, c);
+    char walk[160];
+    if (c.kind == "none")
+      std::snprintf(walk, sizeof walk, "is this cell: the walk over these views is what holds it");
+    else if (rope > 0)
+      std::snprintf(walk, sizeof walk, "%.1f%%, so the norm's arithmetic costs %.1f points on this walk%s", 100 * rope,
+                    100 * (rope - c.qk_of_bound), rope < 0.85 ? " (and the walk itself is below 85%)" : "");
+    else
+      std::snprintf(walk, sizeof walk, "not measured");
+    std::printf("  %s D%d H%d %s %s, %s: %.1f%% (%.1f MB read and written in %.4f ms, %.3f TB/s); %d registers, %d "
+                "blocks (%d warps) a multiprocessor, %.1f KB shared a block, %.0f KB in flight a multiprocessor; the "
+                "streaming kernel over the same views %.1f%%; the same walk with RoPE only %s\n",
+                c.kind.c_str(), c.D, c.H, c.dtype.c_str(), c.layout.c_str(), c.qk_kernel.c_str(), 100 * c.qk_of_bound,
+                c.bytes / 1e6, c.qk_ms, c.bytes / c.qk_ms * 1e-9, c.qk_regs, c.qk_blocks_per_sm, c.qk_warps_per_sm,
+                c.qk_smem_kb, c.qk_inflight_kb_per_sm, 100 * c.stream1_of_bound, walk);
   }
 }
 
@@ -1299,7 +1353,7 @@ void write_h5(const std::string& path, const std::vector<Row>& rows, const std::
     std::vector<std::string> kind, dtype, layout, kernel;
     std::vector<int64_t> D, H, blocks, blocks_per_sm, warps_per_sm, regs;
     std::vector<double> ms, gbs, of_bound, stream_ms, of_stream, rope_only_ms, bytes, smem_kb, inflight;
-    std::vector<double> qk_ms, qk_of_bound, stream1_ms, stream1_of_bound;
+    std::vector<double> qk_ms, qk_of_bound, stream1_ms, stream1_of_bound, same_walk_rope;
     std::vector<std::string> qk_kernel;
     for (const auto& c : cells) {
       kind.push_back(c.kind);
@@ -1326,10 +1380,12 @@ void write_h5(const std::string& path, const std::vector<Row>& rows, const std::
       stream1_ms.push_back(c.stream1_ms);
       stream1_of_bound.push_back(c.stream1_of_bound);
       qk_kernel.push_back(c.qk_kernel);
+      same_walk_rope.push_back(same_walk_rope_only(cells, c));
     }
     g.write_attr("qk_one_launch_ms", qk_ms);
     g.write_attr("qk_one_launch_of_bound", qk_of_bound);
     g.write_attr("qk_one_launch_kernel", qk_kernel);
+    g.write_attr("qk_same_walk_rope_only_of_bound", same_walk_rope);  // 0: that walk not measured with RoPE only
     g.write_attr("stream_one_launch_ms", stream1_ms);
     g.write_attr("stream_one_launch_of_bound", stream1_of_bound);
     g.write_attr("kind", kind);
@@ -1472,7 +1528,10 @@ int main(int argc, char** argv) {
       std::printf("%-10s | %-60s | %-34s | %9.4f | %9.3f %-8s | %6s | %s\n", r.section.c_str(), r.what.c_str(),
                   r.shape.c_str(), r.ms, r.rate, r.unit.c_str(), ob, r.note.c_str());
     }
-    if (!cells.empty()) print_norm_table(cells, bound, norm_tokens);
+    if (!cells.empty()) {
+      print_norm_table(cells, bound, norm_tokens);
+      print_norm_why(cells, bound);
+    }
     bench::print_alltoall(nccl);
     std::printf("device: %s; code %s\n", dev->name().c_str(), ULYSSES_GIT_REV);
     if (!out_path.empty()) write_h5(out_path, rows, cells, bound, dev->name(), nccl);
