@@ -1,9 +1,10 @@
 """Helpers of the post-processing tests: the CLI as a user runs it, a PNG check, a stored floor
-report's graphs against op by op, and a stored bench's latency rows."""
+report's graphs against op by op, a stored bench's latency rows, and its why-below-85% lines."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -72,3 +73,24 @@ def bench_latency_rows(path: Path) -> dict[str, float]:
         return {w: float(r) for s, w, u, r in zip(dec(a["section"]), dec(a["what"]), dec(a["unit"]), a["rate"])
                 if s == "latency" and u == "us"}
 
+
+
+# One line of bench_kernels' "why below 85% with Q and K in one launch" block (a9b739f), for a cell with a
+# norm: kind, D, H, dtype, layout, walk, % of the copy bound, MB, ms, TB/s, registers, blocks, warps,
+# shared KB, KB in flight, the streaming kernel %, the same walk with RoPE only %, the points between,
+# and whether that walk is itself below 85%.
+WHY_LINE = re.compile(
+    r"^  (\w+) D(\d+) H(\d+) (\w+) (\w+), ([^:]+): ([\d.]+)% \(([\d.]+) MB read and written in ([\d.]+) ms, "
+    r"([\d.]+) TB/s\); (\d+) registers, (\d+) blocks \((\d+) warps\) a multiprocessor, ([\d.]+) KB shared a "
+    r"block, (\d+) KB in flight a multiprocessor; the streaming kernel over the same views ([\d.]+)%; the same "
+    r"walk with RoPE only ([\d.]+)%, so the norm's arithmetic costs ([\d.]+) points on this walk"
+    r"( \(and the walk itself is below 85%\))?$")
+
+
+def why_lines(bench_text: str) -> list[re.Match]:
+    """The why-below-85% lines of a bench_kernels printout, each matched whole by WHY_LINE."""
+    block = bench_text.split("why below 85% with Q and K in one launch", 1)[1].splitlines()[1:]
+    lines = [line for line in block if line.startswith("  ")]
+    matches = [WHY_LINE.match(line) for line in lines]
+    assert lines and all(matches), lines[:3]
+    return matches

@@ -11,6 +11,7 @@ import statistics
 from pathlib import Path
 
 import h5py
+from helpers import why_lines
 
 FOLDER = Path(__file__).resolve().parents[2] / "docs" / "measured" / "2026-12-07-h100-b460a49-lane-trials"
 KINDS, DTYPES, LAYOUTS = ("layer", "rms", "none"), ("bf16", "fp16"), ("fused", "separate")
@@ -146,18 +147,11 @@ def test_each_trial_is_kept_as_a_patch_of_the_kernels():
     assert "cp.async.bulk.prefetch.L2" not in (FOLDER / "trial-sums.diff").read_text()
 
 
-WHY = re.compile(r"^  (\w+) D(\d+) H(\d+) (\w+) (\w+), ([^:]+): ([\d.]+)% \(([\d.]+) MB read and written in ([\d.]+) ms, "
-                 r"([\d.]+) TB/s\); (\d+) registers, (\d+) blocks \((\d+) warps\) a multiprocessor, ([\d.]+) KB shared a "
-                 r"block, (\d+) KB in flight a multiprocessor; the streaming kernel over the same views ([\d.]+)%; the same "
-                 r"walk with RoPE only ([\d.]+)%, so the norm's arithmetic costs ([\d.]+) points on this walk")
-
-
 def test_bench_kernels_says_why_each_cell_stays_below_85():
     text = (FOLDER / "call6-why-bench.txt").read_text()
     assert "code 392974e523f3-dirty" in text  # a9b739f's bench, built before its commit
-    lines = text.split("why below 85% with Q and K in one launch", 1)[1].splitlines()[1:]
-    why = [WHY.match(line) for line in lines if line.startswith("  ")]
-    assert len(why) == 2 and all(why), lines[:3]
+    why = why_lines(text)
+    assert len(why) == 2
     with h5py.File(FOLDER / "call6-why-bench.h5") as f:
         g = f["norm_rope_table"]
         a = {k: list(g.attrs[k]) for k in ("kind", "dtype", "layout", "qk_one_launch_of_bound",
@@ -185,6 +179,5 @@ def test_bench_kernels_says_why_each_cell_stays_below_85():
             a["qk_one_launch_of_bound"][table[("layer", d, "separate")]]) for d in DTYPES]
     assert [round(100 * r, 1) for r, _ in sep] == [90.4, 90.6] and [round(100 * c, 1) for _, c in sep] == [85.1, 85.7]
     readme = (FOLDER / "README.md").read_text()
-    for line in lines:
-        if line.startswith("  "):
-            assert line in readme
+    for m in why:
+        assert m[0] in readme
