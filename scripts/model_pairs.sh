@@ -174,3 +174,9 @@ for n in flux-2048-u1-ablations floor-u1 graphs-flux-dev-1024-u1 graphs-flux-dev
   PAIRS_H100+=(--pair "$M13/$n-6cf8e34.h5=$T/$n-6cf8e34.h5")
   FROM_REPORT+=("$M13/$n-6cf8e34.h5")
 done
+# The ablations deck's floor of 6cf8e34 (floor-u1: every transport, schedule and ablation at Ulysses1,
+# op by op) had bench_kernels' latency section run beside it on its host (host-speed-floor-u1-6cf8e34.h5):
+# its call costs and device costs, as for the floors above. (e20d86f's floor-u1 bench predates the
+# floor-op rows, f5ae572: `--host` refuses it.)
+HOSTS_H100+=(--host "$M13/floor-u1-6cf8e34.h5=$M13/host-speed-floor-u1-6cf8e34.h5")
+GPUS_H100+=(--gpu "$M13/floor-u1-6cf8e34.h5=$M13/host-speed-floor-u1-6cf8e34.h5")

@@ -437,6 +437,26 @@ def test_a_reports_own_gpu_costs_bring_its_graph_floor_within_ten_percent(app, r
     assert bad.returncode == 2 and "graph-node and floor-op rows" in bad.stderr, bad.stderr
 
 
+def test_the_ablations_floors_own_host_and_gpu_costs_bring_all_its_runs_within_ten_percent(app, run, tmp_path):
+    """The ablations deck's floor of 6cf8e34 (every transport, schedule and ablation at Ulysses1, op by
+    op: 24 runs) had bench_kernels' latency section run beside it on its H100 host. On h100-sxm's fitted
+    costs 8 of its 24 layers are within 10% (+2..+33%); replayed with that host's call costs and that
+    GPU's device costs (--host, --gpu: measured, nothing fitted) all 24 are. e20d86f's floor bench,
+    older than the floor-op rows, is refused."""
+    stored = REPO / "docs" / "measured" / "2026-12-07-h100-6cf8e34"
+    measured, bench = stored / "floor-u1-6cf8e34.h5", stored / "host-speed-floor-u1-6cf8e34.h5"
+    traces = traced_floor(app, run, tmp_path, measured, lean=False)
+    pair = ["--machine", "h100-sxm", "--pair", f"{measured}={traces}"]
+    fitted, _ = floor_layer_errors(app, pair)
+    own, out = floor_layer_errors(app, pair, "--host", f"{measured}={bench}", "--gpu", f"{measured}={bench}")
+    assert len(fitted) == len(own) == 24, (fitted, own)
+    assert sum(abs(e) <= 10 for e in fitted.values()) == 8 and max(fitted.values()) > 30, fitted
+    assert all(abs(e) <= 10 for e in own.values()), own
+    old = REPO / "docs" / "measured" / "2026-12-05-h100-e20d86f" / "host-speed-floor-u1-e20d86f.h5"
+    bad = subprocess.run([app, "model", "validate", *pair, "--host", f"{measured}={old}"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "floor-op rows" in bad.stderr, bad.stderr
+
+
 def test_nccls_own_cost_at_one_rank_brings_the_lean_nccl_graph_floor_within_ten_percent(app, run, tmp_path):
     """The bench of 2f6777f times NCCL's all-to-all on a one-rank communicator (the floor's 768 KB)
     as a graph node and op by op: 1.5 and 2.5 us, where h100-sxm charges every NCCL call its fitted
