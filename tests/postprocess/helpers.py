@@ -74,17 +74,18 @@ def bench_latency_rows(path: Path) -> dict[str, float]:
                 if s == "latency" and u == "us"}
 
 
-
-# One line of bench_kernels' "why below 85% with Q and K in one launch" block (a9b739f), for a cell with a
-# norm: kind, D, H, dtype, layout, walk, % of the copy bound, MB, ms, TB/s, registers, blocks, warps,
-# shared KB, KB in flight, the streaming kernel %, the same walk with RoPE only %, the points between,
-# and whether that walk is itself below 85%.
+# One line of bench_kernels' "why below 85% with Q and K in one launch" block (a9b739f): kind, D, H,
+# dtype, layout, walk, % of the copy bound, MB, ms, TB/s, registers, blocks, warps, shared KB, KB in
+# flight, the streaming kernel %; for a cell with a norm whose walk was measured with RoPE only, that
+# rate, the points between, and whether that walk is itself below 85% (groups 17-19; None for a
+# RoPE-only cell or a walk not measured so).
 WHY_LINE = re.compile(
     r"^  (\w+) D(\d+) H(\d+) (\w+) (\w+), ([^:]+): ([\d.]+)% \(([\d.]+) MB read and written in ([\d.]+) ms, "
     r"([\d.]+) TB/s\); (\d+) registers, (\d+) blocks \((\d+) warps\) a multiprocessor, ([\d.]+) KB shared a "
     r"block, (\d+) KB in flight a multiprocessor; the streaming kernel over the same views ([\d.]+)%; the same "
-    r"walk with RoPE only ([\d.]+)%, so the norm's arithmetic costs ([\d.]+) points on this walk"
-    r"( \(and the walk itself is below 85%\))?$")
+    r"walk with RoPE only (?:([\d.]+)%, so the norm's arithmetic costs ([\d.]+) points on this walk"
+    r"( \(and the walk itself is below 85%\))?|is this cell: the walk over these views is what holds it"
+    r"|not measured)$")
 
 
 def why_lines(bench_text: str) -> list[re.Match]:
