@@ -164,19 +164,25 @@ add_host_floor docs/measured/2026-12-06-h100-2f6777f 2f6777f
 # And an eighth at 54ff11e (fourteenth session), the first whose benches time the one-rank IPC
 # handshake behind a kernel and a write and wait on the kernel's own stream, as graph nodes.
 add_host_floor docs/measured/2026-12-06-h100-54ff11e 54ff11e
-# And a ninth at 6cf8e34 (twenty-first session; docs/measured/2026-12-07-h100-6cf8e34): the first
-# GPU check run from binaries built elsewhere (gpu_check.sh PREBUILT), with the ablations of FLUX
-# 2048 and the floor at Ulysses1 and the FLUX graphs decks beside the floor: out of sample, as the
-# H100 reports above.
-add_host_floor docs/measured/2026-12-07-h100-6cf8e34 6cf8e34
-M13=docs/measured/2026-12-07-h100-6cf8e34
-for n in flux-2048-u1-ablations floor-u1 graphs-flux-dev-1024-u1 graphs-flux-dev-2048-u1; do
-  PAIRS_H100+=(--pair "$M13/$n-6cf8e34.h5=$T/$n-6cf8e34.h5")
-  FROM_REPORT+=("$M13/$n-6cf8e34.h5")
-done
-# The ablations deck's floor of 6cf8e34 (floor-u1: every transport, schedule and ablation at Ulysses1,
-# op by op) had bench_kernels' latency section run beside it on its host (host-speed-floor-u1-6cf8e34.h5):
-# its call costs and device costs, as for the floors above. (e20d86f's floor-u1 bench predates the
-# floor-op rows, f5ae572: `--host` refuses it.)
-HOSTS_H100+=(--host "$M13/floor-u1-6cf8e34.h5=$M13/host-speed-floor-u1-6cf8e34.h5")
-GPUS_H100+=(--gpu "$M13/floor-u1-6cf8e34.h5=$M13/host-speed-floor-u1-6cf8e34.h5")
+# A GPU check's one-rank decks on one H100 host (the graphs section's floors as above; the ablations
+# of FLUX 2048 and the floor at Ulysses1; the FLUX graphs decks). The ablations deck's floor (floor-u1:
+# every transport, schedule and ablation, op by op) had bench_kernels' latency section run beside it
+# on its host too (host-speed-floor-u1-REV.h5): its call costs and device costs, as for the floors.
+# (e20d86f's floor-u1 bench predates the floor-op rows, f5ae572: `--host` refuses it.)
+add_check() {  # folder rev
+  local n
+  add_host_floor "$1" "$2"
+  for n in flux-2048-u1-ablations floor-u1 graphs-flux-dev-1024-u1 graphs-flux-dev-2048-u1; do
+    PAIRS_H100+=(--pair "$1/$n-$2.h5=$T/$n-$2.h5")
+    FROM_REPORT+=("$1/$n-$2.h5")
+  done
+  HOSTS_H100+=(--host "$1/floor-u1-$2.h5=$1/host-speed-floor-u1-$2.h5")
+  GPUS_H100+=(--gpu "$1/floor-u1-$2.h5=$1/host-speed-floor-u1-$2.h5")
+}
+# A ninth host at 6cf8e34 (twenty-first session; docs/measured/2026-12-07-h100-6cf8e34): the first
+# GPU check run from binaries built elsewhere (gpu_check.sh PREBUILT): out of sample, as the H100
+# reports above.
+add_check docs/measured/2026-12-07-h100-6cf8e34 6cf8e34
+# A tenth at 13524ab (twenty-third session; docs/measured/2026-12-07-h100-13524ab-layers): the same
+# layer code; out of sample.
+add_check docs/measured/2026-12-07-h100-13524ab-layers 13524ab
