@@ -133,6 +133,26 @@ struct NormShape {
 
 // One cell of the norm+RoPE table: the kernel the layer runs (the launcher's own pick),
 // with what it takes of the machine, beside the same views' plain copy.
+// A norm+RoPE launch's occupancy: its grid, blocks and warps a multiprocessor, registers, shared
+// memory a block, and bytes in flight a multiprocessor (resident warps that walk rows, the grid
+// perhaps smaller than what fits, times the bytes each has loading at once).
+struct Occupancy {
+  int blocks = 0, blocks_per_sm = 0, warps_per_sm = 0, regs = 0;
+  double smem_kb = 0, inflight_kb_per_sm = 0;
+};
+Occupancy occupancy_of(const NormRopeLaunchInfo& info, int sms) {
+  Occupancy o;
+  o.blocks = info.blocks;
+  o.blocks_per_sm = info.blocks_per_sm;
+  o.warps_per_sm = info.blocks_per_sm * info.threads / 32;
+  o.regs = info.regs;
+  o.smem_kb = info.smem / 1024.0;
+  const double warps_used =
+      std::min<double>(o.warps_per_sm, static_cast<double>(info.blocks) * info.threads / 32 / sms);
+  o.inflight_kb_per_sm = warps_used * info.inflight_per_warp / 1024.0;
+  return o;
+}
+
 struct NormCell {
   std::string kind, dtype, layout, kernel;
   int D = 0, H = 0;
@@ -150,11 +170,10 @@ struct NormCell {
   double qk_lane_of_bound = 0;
   double qk_lane1_of_bound = 0;  // its single-tile variant (16-bit heads of 8 or 9 chunks; 0: not run)
   std::string lane_kernel, lane1_kernel;
-  int blocks = 0, blocks_per_sm = 0, warps_per_sm = 0, regs = 0;
-  double smem_kb = 0, inflight_kb_per_sm = 0;
-  // The Q+K launch's occupancy (the pick with Q and K in one launch may take another walk).
-  int qk_regs = 0, qk_blocks_per_sm = 0, qk_warps_per_sm = 0;
-  double qk_smem_kb = 0, qk_inflight_kb_per_sm = 0;
+  // The same walk over the same views with RoPE only, Q and K in one launch (same_walk_rope_only).
+  double qk_same_walk_rope_of_bound = 0;
+  // The two-launch pick's occupancy, and the Q+K launch's (that pick may take another walk).
+  Occupancy occ, qk_occ;
 };
 
 // heads_dims: (H, D) pairs to measure instead of the table's (3072 / D, D) for D 64, 72, 128
@@ -340,22 +359,8 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       c.of_stream = stream_ms / c.ms;
       c.rope_only_ms = rope_only_ms;
       c.bytes = bytes;
-      c.blocks = info.blocks;
-      c.blocks_per_sm = info.blocks_per_sm;
-      c.warps_per_sm = info.blocks_per_sm * info.threads / 32;
-      c.regs = info.regs;
-      c.smem_kb = info.smem / 1024.0;
-      // Resident warps that walk rows (the grid may be smaller than what fits) times the
-      // bytes each has loading at once.
-      const double warps_used = std::min<double>(c.warps_per_sm, static_cast<double>(info.blocks) * info.threads / 32 / sms);
-      c.inflight_kb_per_sm = warps_used * info.inflight_per_warp / 1024.0;
-      c.qk_regs = qk_info.regs;
-      c.qk_blocks_per_sm = qk_info.blocks_per_sm;
-      c.qk_warps_per_sm = qk_info.blocks_per_sm * qk_info.threads / 32;
-      c.qk_smem_kb = qk_info.smem / 1024.0;
-      c.qk_inflight_kb_per_sm =
-          std::min<double>(c.qk_warps_per_sm, static_cast<double>(qk_info.blocks) * qk_info.threads / 32 / sms) *
-          qk_info.inflight_per_warp / 1024.0;
+      c.occ = occupancy_of(info, sms);
+      c.qk_occ = occupancy_of(qk_info, sms);
       cells.push_back(c);
     }
   }
@@ -387,7 +392,7 @@ void print_norm_why(const std::vector<NormCell>& cells, double bound_tbs) {
     if (!header)
       std::printf("\nwhy below 85%% with Q and K in one launch (bound = %.3f TB/s device copy):\n", bound_tbs);
     header = true;
-    const double rope = same_walk_rope_only(cells, c);
+    const double rope = c.qk_same_walk_rope_of_bound;
     char walk[160];
     if (c.kind == "none")
       std::snprintf(walk, sizeof walk, "is this cell: the walk over these views is what holds it");
@@ -400,8 +405,8 @@ void print_norm_why(const std::vector<NormCell>& cells, double bound_tbs) {
                 "blocks (%d warps) a multiprocessor, %.1f KB shared a block, %.0f KB in flight a multiprocessor; the "
                 "streaming kernel over the same views %.1f%%; the same walk with RoPE only %s\n",
                 c.kind.c_str(), c.D, c.H, c.dtype.c_str(), c.layout.c_str(), c.qk_kernel.c_str(), 100 * c.qk_of_bound,
-                c.bytes / 1e6, c.qk_ms, c.bytes / c.qk_ms * 1e-9, c.qk_regs, c.qk_blocks_per_sm, c.qk_warps_per_sm,
-                c.qk_smem_kb, c.qk_inflight_kb_per_sm, 100 * c.stream1_of_bound, walk);
+                c.bytes / 1e6, c.qk_ms, c.bytes / c.qk_ms * 1e-9, c.qk_occ.regs, c.qk_occ.blocks_per_sm,
+                c.qk_occ.warps_per_sm, c.qk_occ.smem_kb, c.qk_occ.inflight_kb_per_sm, 100 * c.stream1_of_bound, walk);
   }
 }
 
@@ -423,8 +428,9 @@ void print_norm_table(const std::vector<NormCell>& cells, double bound_tbs, int6
     below_qk += c.qk_of_bound < 0.85;
     std::printf("%-16s | %4d | %3d | %-4s | %-8s | %-24s | %8.4f | %7.0f | %5.1f%% | %8.4f | %6.1f%% | %8.4f | %6.1f | %5d | %4d | %5d | %7d | %9.1f | %14.0f | %8.4f | %5.1f%% | %5.1f%% |%s%s\n",
                 c.kind.c_str(), c.D, c.H, c.dtype.c_str(), c.layout.c_str(), c.kernel.c_str(), c.ms, c.gbs,
-                100 * c.of_bound, c.stream_ms, 100 * c.of_stream, c.rope_only_ms, c.bytes / 1e6, c.blocks, c.blocks_per_sm,
-                c.warps_per_sm, c.regs, c.smem_kb, c.inflight_kb_per_sm, c.qk_ms, 100 * c.qk_of_bound,
+                100 * c.of_bound, c.stream_ms, 100 * c.of_stream, c.rope_only_ms, c.bytes / 1e6, c.occ.blocks,
+                c.occ.blocks_per_sm, c.occ.warps_per_sm, c.occ.regs, c.occ.smem_kb, c.occ.inflight_kb_per_sm, c.qk_ms,
+                100 * c.qk_of_bound,
                 100 * c.stream1_ms / c.qk_ms, c.of_bound < 0.85 ? " <85%" : "", c.qk_of_bound < 0.85 ? " 1-lnch<85%" : "");
   }
   std::printf("cells below 85%% of the copy bound: %d of %zu in two launches (the layer under v-first-split); with Q "
@@ -1362,10 +1368,10 @@ void write_h5(const std::string& path, const std::vector<Row>& rows, const std::
       kernel.push_back(c.kernel);
       D.push_back(c.D);
       H.push_back(c.H);
-      blocks.push_back(c.blocks);
-      blocks_per_sm.push_back(c.blocks_per_sm);
-      warps_per_sm.push_back(c.warps_per_sm);
-      regs.push_back(c.regs);
+      blocks.push_back(c.occ.blocks);
+      blocks_per_sm.push_back(c.occ.blocks_per_sm);
+      warps_per_sm.push_back(c.occ.warps_per_sm);
+      regs.push_back(c.occ.regs);
       ms.push_back(c.ms);
       gbs.push_back(c.gbs);
       of_bound.push_back(c.of_bound);
@@ -1373,14 +1379,14 @@ void write_h5(const std::string& path, const std::vector<Row>& rows, const std::
       of_stream.push_back(c.of_stream);
       rope_only_ms.push_back(c.rope_only_ms);
       bytes.push_back(c.bytes);
-      smem_kb.push_back(c.smem_kb);
-      inflight.push_back(c.inflight_kb_per_sm);
+      smem_kb.push_back(c.occ.smem_kb);
+      inflight.push_back(c.occ.inflight_kb_per_sm);
       qk_ms.push_back(c.qk_ms);
       qk_of_bound.push_back(c.qk_of_bound);
       stream1_ms.push_back(c.stream1_ms);
       stream1_of_bound.push_back(c.stream1_of_bound);
       qk_kernel.push_back(c.qk_kernel);
-      same_walk_rope.push_back(same_walk_rope_only(cells, c));
+      same_walk_rope.push_back(c.qk_same_walk_rope_of_bound);
     }
     g.write_attr("qk_one_launch_ms", qk_ms);
     g.write_attr("qk_one_launch_of_bound", qk_of_bound);
@@ -1529,6 +1535,7 @@ int main(int argc, char** argv) {
                   r.shape.c_str(), r.ms, r.rate, r.unit.c_str(), ob, r.note.c_str());
     }
     if (!cells.empty()) {
+      for (auto& c : cells) c.qk_same_walk_rope_of_bound = same_walk_rope_only(cells, c);
       print_norm_table(cells, bound, norm_tokens);
       print_norm_why(cells, bound);
     }
