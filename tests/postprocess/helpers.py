@@ -74,6 +74,23 @@ def bench_latency_rows(path: Path) -> dict[str, float]:
                 if s == "latency" and u == "us"}
 
 
+def norm_table_rows(bench_text: str, label: str) -> tuple[float, dict[tuple[str, str, str, str], float]]:
+    """The copy bound (TB/s) and, for each norm+RoPE row of a bench_kernels printout whose walk reads
+    `label` (e.g. "lane rows 1t, Q+K one launch)" or "the pick, Q+K one launch)"), (kind, "H42 D72",
+    dtype, layout) -> % of that bound."""
+    bound = float(re.search(r"bound = ([\d.]+) TB/s device copy", bench_text).group(1))
+    out = {}
+    for line in bench_text.splitlines():
+        if label not in line:
+            continue
+        f = [x.strip() for x in line.split("|")]
+        kind = f[1].split(" (")[0].removeprefix("norm+RoPE ")
+        shape = f[2].split()
+        assert shape[0] == "M16896", shape
+        out[(kind, f"{shape[1]} {shape[2]}", shape[3], shape[4])] = float(f[5].rstrip("%"))
+    return bound, out
+
+
 # One line of bench_kernels' "why below 85% with Q and K in one launch" block (a9b739f): kind, D, H,
 # dtype, layout, walk, % of the copy bound, MB, ms, TB/s, registers, blocks, warps, shared KB, KB in
 # flight, the streaming kernel %; for a cell with a norm whose walk was measured with RoPE only, that

@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 
 import h5py
-from helpers import why_lines
+from helpers import norm_table_rows, why_lines
 
 FOLDER = Path(__file__).resolve().parents[2] / "docs" / "measured" / "2026-12-07-h100-b460a49-lane-trials"
 KINDS, DTYPES, LAYOUTS = ("layer", "rms", "none"), ("bf16", "fp16"), ("fused", "separate")
@@ -20,18 +20,10 @@ ROWS = 16896 * 42  # head rows of one view (M16896 H42 D72)
 
 def cells(name: str) -> dict[tuple[str, str, str], float]:
     """(kind, dtype, layout) -> % of the copy bound of the row "(vector, lane rows 1t, Q+K one launch)"."""
-    text = (FOLDER / name).read_text()
-    bound = float(re.search(r"bound = ([\d.]+) TB/s device copy", text).group(1))
+    bound, rows = norm_table_rows((FOLDER / name).read_text(), "lane rows 1t, Q+K one launch)")
     assert 2.9 < bound < 3.1, (name, bound)  # an H100's copy bound, as in every other H100 run
-    out = {}
-    for line in text.splitlines():
-        if "lane rows 1t, Q+K one launch)" not in line:
-            continue
-        f = [x.strip() for x in line.split("|")]
-        kind = f[1].split(" (")[0].removeprefix("norm+RoPE ")
-        shape = f[2].split()
-        assert shape[:3] == ["M16896", "H42", "D72"], (name, shape)
-        out[(kind, shape[3], shape[4])] = float(f[5].rstrip("%"))
+    assert {shape for _, shape, _, _ in rows} == {"H42 D72"}, (name, sorted(rows))
+    out = {(kind, dtype, layout): pct for (kind, _, dtype, layout), pct in rows.items()}
     assert set(out) == {(k, d, lay) for k in KINDS for d in DTYPES for lay in LAYOUTS}, (name, sorted(out))
     return out
 
