@@ -101,3 +101,20 @@ def test_the_failure_at_heads_kernel_is_stored_with_its_seed():
     assert "actual: 4.12554e-05 vs 4.09688e-05" in text and "view 0 row 142 element 2946" in text
     assert "fp32 D=128 H=24 norm=3 rope=1 fused +slice kernel=vector pipe=8" in text
     assert "[  FAILED  ] CudaKernelsTest.NormRopeVectorKernelPipelinedWalk" in text
+
+
+def test_the_cpu_rebuild_of_the_failing_check_explains_it_by_one_ulp_of_frequency():
+    text = (FOLDER / "replay-seed-980215271.txt").read_text()
+    ref, pair = map(float, re.search(r"element 2946 ref (\S+) \(element 2947 \S+\), pair length (\S+)", text).groups())
+    old_tol = float(re.search(r"old tolerance (\S+),", text).group(1))
+    shifts = [float(x) for x in re.findall(r"angle moves by (\S+) rad", text)]
+    stored = (FOLDER / "call1-gpu-tests.txt").read_text()
+    # The rebuilt inputs are the ones that ran: the tolerance they give is the stored failure's.
+    assert f"vs {old_tol:g}" in stored and old_tol == 4.09688e-05
+    assert abs(ref) < 0.03 and 2.6 < pair < 2.8
+    measured = 4.12554e-05
+    assert abs(measured / pair - abs(shifts[0])) < 0.01 * abs(shifts[0])  # one ulp down: the angle error
+    assert abs(abs(shifts[1]) - measured / pair) > 0.4 * measured / pair  # one ulp up: not it
+    assert measured <= 4e-5 * (1 + pair)  # the pair-length tolerance holds it
+    cpp = (FOLDER / "replay-seed-980215271.cpp").read_text()
+    assert "std::mt19937 rng(980215271u)" in cpp and "4e-5 * (1 + std::hypot(r0, r1))" in cpp
