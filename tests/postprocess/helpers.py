@@ -91,6 +91,24 @@ def norm_table_rows(bench_text: str, label: str) -> tuple[float, dict[tuple[str,
     return bound, out
 
 
+# The Nsight Compute figures the lane-rows trials read, each with the unit ncu prints beside it.
+NCU_UNITS = {"Duration": "us", "DRAM Throughput": "%", "Executed Instructions": "inst", "No Eligible": "%",
+             "Active Warps Per Scheduler": "warp", "Eligible Warps Per Scheduler": "warp",
+             "Registers Per Thread": "register/thread", "Achieved Occupancy": "%",
+             "Local Memory Spilling Requests": ""}
+
+
+def ncu_lane_kernel(text: str) -> dict[str, float]:
+    """NCU_UNITS' figures from an `ncu -c 1` printout of one 16-bit lane-rows kernel launch."""
+    assert text.count("norm_rope_lane_kernel<__nv_bfloat16, ") == 2  # profiled once, named at its start and result
+    out = {}
+    for k, unit in NCU_UNITS.items():
+        m = re.search(rf"^\s+{k}\s+{re.escape(unit)}\s+([\d,.]+)\s*$", text, re.M)
+        assert m, k
+        out[k] = float(m.group(1).replace(",", ""))
+    return out
+
+
 # One line of bench_kernels' "why below 85% with Q and K in one launch" block (a9b739f): kind, D, H,
 # dtype, layout, walk, % of the copy bound, MB, ms, TB/s, registers, blocks, warps, shared KB, KB in
 # flight, the streaming kernel %; for a cell with a norm whose walk was measured with RoPE only, that

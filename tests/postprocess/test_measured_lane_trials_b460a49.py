@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 
 import h5py
-from helpers import norm_table_rows, why_lines
+from helpers import ncu_lane_kernel, norm_table_rows, why_lines
 
 FOLDER = Path(__file__).resolve().parents[2] / "docs" / "measured" / "2026-12-07-h100-b460a49-lane-trials"
 KINDS, DTYPES, LAYOUTS = ("layer", "rms", "none"), ("bf16", "fp16"), ("fused", "separate")
@@ -93,18 +93,7 @@ def test_the_readme_tables_are_the_stored_runs():
 
 
 def ncu(name: str) -> dict[str, float]:
-    text = (FOLDER / name).read_text()
-    assert text.count("norm_rope_lane_kernel<__nv_bfloat16, ") == 2  # profiled once, named at its start and result
-    want = {"Duration": "us", "DRAM Throughput": "%", "Executed Instructions": "inst", "No Eligible": "%",
-            "Active Warps Per Scheduler": "warp", "Eligible Warps Per Scheduler": "warp",
-            "Registers Per Thread": "register/thread", "Achieved Occupancy": "%",
-            "Local Memory Spilling Requests": ""}
-    out = {}
-    for k, unit in want.items():
-        m = re.search(rf"^\s+{k}\s+{re.escape(unit)}\s+([\d,.]+)\s*$", text, re.M)
-        assert m, (name, k)
-        out[k] = float(m.group(1).replace(",", ""))
-    return out
+    return ncu_lane_kernel((FOLDER / name).read_text())
 
 
 def test_nsight_compute_layernorm_issues_the_most_and_reads_the_least():
