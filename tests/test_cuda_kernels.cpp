@@ -299,8 +299,9 @@ void run_norm_rope_check(CudaKernelsTest& t, const NormRopeCheck& c) {
         // whole pair, so it scales with the pair's length (which the rotation keeps), not
         // with the element: the device's powf may give a frequency an ulp off the
         // reference's, which moves an angle near 123 by 1.5e-5 rad, and an element near
-        // zero whose pair is 2.7 long then errs by 4.1e-5 (seed 980215271 failed so
-        // against 4e-5 (1 + |element|): docs/measured/2026-12-07-h100-f0e2405-ln-finish).
+        // zero whose pair is 2.7 long then errs by 4.1e-5 (seeds 980215271 and 905236941
+        // failed so against 4e-5 (1 + |element|), both at position 142 of the second pair:
+        // docs/measured/2026-12-07-h100-f0e2405-ln-finish).
         const double pair = c.rope ? std::hypot(row[ve - ve % 2], row[ve - ve % 2 + 1]) : std::fabs(ref);
         const double fp32 = 4e-5 * (1.0 + pair);
         const double tol = fp32 + u * (std::fabs(ref) + fp32) + abs_floor(c.dt);
@@ -388,8 +389,8 @@ TEST_F(CudaKernelsTest, NormRopeVectorKernelPipelinedWalk) {
 // the head's first value, E[(x-c)^2] - E[x-c]^2, cancels most (two numbers near 4 for a
 // variance near 4/D: a factor of about D, the most Samuelson's inequality allows). fp32
 // takes the two-pass form, which sums (x - mean)^2 after the mean and cancels nothing (the
-// one-pass form once failed NormRopeVectorKernelPipelinedWalk at fp32: 4.50e-5 against a
-// tolerance of 4.38e-5, an element of 0.095, which fits a rotated pair's error as well: see
+// one-pass form was once blamed for NormRopeVectorKernelPipelinedWalk's fp32 failure, 4.50e-5
+// against 4.38e-5; rebuilt on the CPU, that failure was a rotated pair's error: see
 // run_norm_rope_check's tolerance); 16-bit types take the one-pass form on the plain (pipe 0), staged
 // and flat walks (the flat walk's with a shift per chunk, moved to the head's first value),
 // the two-pass form on the pipelined ones.

@@ -94,18 +94,38 @@ def test_the_failure_at_heads_kernel_is_stored_with_its_seed():
     assert "[  FAILED  ] CudaKernelsTest.NormRopeVectorKernelPipelinedWalk" in text
 
 
-def test_the_cpu_rebuild_of_the_failing_check_explains_it_by_one_ulp_of_frequency():
-    text = (FOLDER / "replay-seed-980215271.txt").read_text()
-    ref, pair = map(float, re.search(r"element 2946 ref (\S+) \(element 2947 \S+\), pair length (\S+)", text).groups())
-    old_tol = float(re.search(r"old tolerance (\S+),", text).group(1))
-    shifts = [float(x) for x in re.findall(r"angle moves by (\S+) rad", text)]
-    stored = (FOLDER / "call1-gpu-tests.txt").read_text()
-    # The rebuilt inputs are the ones that ran: the tolerance they give is the stored failure's.
-    assert f"vs {old_tol:g}" in stored and old_tol == 4.09688e-05
-    assert abs(ref) < 0.03 and 2.6 < pair < 2.8
-    measured = 4.12554e-05
-    assert abs(measured / pair - abs(shifts[0])) < 0.01 * abs(shifts[0])  # one ulp down: the angle error
-    assert abs(abs(shifts[1]) - measured / pair) > 0.4 * measured / pair  # one ulp up: not it
-    assert measured <= 4e-5 * (1 + pair)  # the pair-length tolerance holds it
-    cpp = (FOLDER / "replay-seed-980215271.cpp").read_text()
-    assert "std::mt19937 rng(980215271u)" in cpp and "4e-5 * (1 + std::hypot(r0, r1))" in cpp
+def replays() -> list[dict]:
+    """Each rebuilt failure of replay-fp32-rope-failures.txt: seed, row, position, pair, element, its
+    reference and pair length, the tolerance it was held to, the implied angle error, and the angle's
+    moves at the frequency one ulp down and up."""
+    out = []
+    for block in (FOLDER / "replay-fp32-rope-failures.txt").read_text().strip().split("\n\n"):
+        m = re.search(r"seed (\d+) row (\d+): pos (\d+), pair (\d+),.*\nelement (\d+) ref (\S+) \(element \d+ \S+\), "
+                      r"pair length (\S+) .*\nold tolerance (\S+), pair-length tolerance (\S+); angle error that gives "
+                      r"(\S+): (\S+) rad\nfrequency \S+: angle moves by (\S+) rad\nfrequency \S+: angle moves by (\S+) rad$",
+                      block)
+        assert m, block
+        g = m.groups()
+        out.append(dict(seed=int(g[0]), row=int(g[1]), pos=int(g[2]), pair_index=int(g[3]), element=int(g[4]),
+                        ref=float(g[5]), pair=float(g[6]), old_tol=float(g[7]), new_tol=float(g[8]),
+                        measured=float(g[9]), angle_error=float(g[10]), down=float(g[11]), up=float(g[12])))
+    return out
+
+
+def test_the_cpu_rebuilds_explain_both_stored_failures_by_one_ulp_of_frequency():
+    rs = replays()
+    assert [(r["seed"], r["row"], r["element"]) for r in rs] == [(980215271, 142, 2946), (905236941, 4642, 387)]
+    stored = [(FOLDER / "call1-gpu-tests.txt").read_text(),
+              (FOLDER.parent / "2026-12-01-h200-merged" / "gpu_tests-ce2b450.txt").read_text()]
+    assert "row 4642 element 3459" in stored[1]  # element 387 of the K view: 3459 - 24 * 128
+    for r, text in zip(rs, stored):
+        # The rebuilt inputs are the ones that ran: the tolerance they give is the stored failure's.
+        got, tol = map(float, re.search(r"actual: (\S+) vs (\S+)", text).groups())
+        assert abs(r["old_tol"] / tol - 1) < 1e-5 and abs(r["measured"] / got - 1) < 1e-5, (r, got, tol)
+        assert (r["pos"], r["pair_index"]) == (142, 1)
+        assert abs(r["ref"]) < 0.1 and 2.6 < r["pair"] < 3.0
+        assert abs(r["angle_error"] - abs(r["down"])) < 0.01 * abs(r["down"])  # one ulp down: the angle's error
+        assert abs(abs(r["up"]) - r["angle_error"]) > 0.4 * r["angle_error"]  # one ulp up: not it
+        assert abs(r["new_tol"] / (4e-5 * (1 + r["pair"])) - 1) < 1e-5 and got < r["new_tol"] / 3  # the fix holds it
+    cpp = (FOLDER / "replay-fp32-rope-failures.cpp").read_text()
+    assert "std::mt19937 rng(seed)" in cpp and "4e-5 * (1 + std::hypot(r0, r1))" in cpp
