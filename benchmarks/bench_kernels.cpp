@@ -131,8 +131,6 @@ struct NormShape {
   bool fused;
 };
 
-// One cell of the norm+RoPE table: the kernel the layer runs (the launcher's own pick),
-// with what it takes of the machine, beside the same views' plain copy.
 // A norm+RoPE launch's occupancy: its grid, blocks and warps a multiprocessor, registers, shared
 // memory a block, and bytes in flight a multiprocessor (resident warps that walk rows, the grid
 // perhaps smaller than what fits, times the bytes each has loading at once).
@@ -153,6 +151,8 @@ Occupancy occupancy_of(const NormRopeLaunchInfo& info, int sms) {
   return o;
 }
 
+// One cell of the norm+RoPE table: the kernel the layer runs (the launcher's own pick),
+// with what it takes of the machine, beside the same views' plain copy.
 struct NormCell {
   std::string kind, dtype, layout, kernel;
   int D = 0, H = 0;
@@ -175,6 +175,20 @@ struct NormCell {
   // The two-launch pick's occupancy, and the Q+K launch's (that pick may take another walk).
   Occupancy occ, qk_occ;
 };
+
+// The rate of the walk a cell's Q+K pick takes over the same views with RoPE only (no norm), as a
+// share of the copy bound: the RoPE-only cell's row of that walk (lane rows 1t, lane rows, flat);
+// 0 where that walk was not measured with RoPE only.
+double same_walk_rope_only(const std::vector<NormCell>& cells, const NormCell& c) {
+  for (const auto& r : cells) {
+    if (r.kind != "none" || r.D != c.D || r.H != c.H || r.dtype != c.dtype || r.layout != c.layout) continue;
+    const std::string& k = c.qk_kernel;
+    if (k.rfind("lane rows 1t", 0) == 0) return r.qk_lane1_of_bound;
+    if (k.rfind("lane rows", 0) == 0) return r.qk_lane_of_bound;
+    if (k.rfind("flat", 0) == 0) return r.qk_flat_of_bound;
+  }
+  return 0;
+}
 
 // heads_dims: (H, D) pairs to measure instead of the table's (3072 / D, D) for D 64, 72, 128
 // (--norm-shapes: e.g. Wan's 40 x 128 and 12 x 128, rows of other lengths than the table's).
@@ -361,23 +375,10 @@ void norm_rope_rows(Device& dev, Stream& s, LayerKernels& kern, double bound_tbs
       c.bytes = bytes;
       c.occ = occupancy_of(info, sms);
       c.qk_occ = occupancy_of(qk_info, sms);
-      cells.push_back(c);
+      cells.push_back(c);  // then its walk's RoPE-only rate: that cell (kind "none") came first, or is this one
+      cells.back().qk_same_walk_rope_of_bound = same_walk_rope_only(cells, cells.back());
     }
   }
-}
-
-// The rate of the walk a cell's Q+K pick takes over the same views with RoPE only (no norm), as a
-// share of the copy bound: the RoPE-only cell's row of that walk (lane rows 1t, lane rows, flat);
-// 0 where that walk was not measured with RoPE only.
-double same_walk_rope_only(const std::vector<NormCell>& cells, const NormCell& c) {
-  for (const auto& r : cells) {
-    if (r.kind != "none" || r.D != c.D || r.H != c.H || r.dtype != c.dtype || r.layout != c.layout) continue;
-    const std::string& k = c.qk_kernel;
-    if (k.rfind("lane rows 1t", 0) == 0) return r.qk_lane1_of_bound;
-    if (k.rfind("lane rows", 0) == 0) return r.qk_lane_of_bound;
-    if (k.rfind("flat", 0) == 0) return r.qk_flat_of_bound;
-  }
-  return 0;
 }
 
 // Why each cell below 85% of the copy bound with Q and K in one launch (what the layer runs under
@@ -1535,7 +1536,6 @@ int main(int argc, char** argv) {
                   r.shape.c_str(), r.ms, r.rate, r.unit.c_str(), ob, r.note.c_str());
     }
     if (!cells.empty()) {
-      for (auto& c : cells) c.qk_same_walk_rope_of_bound = same_walk_rope_only(cells, c);
       print_norm_table(cells, bound, norm_tokens);
       print_norm_why(cells, bound);
     }
