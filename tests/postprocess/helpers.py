@@ -130,3 +130,23 @@ def why_lines(bench_text: str) -> list[re.Match]:
     matches = [WHY_LINE.match(line) for line in lines]
     assert lines and all(matches), lines[:3]
     return matches
+
+
+def why_lines_agree_with_table(bench_text: str, table: dict) -> list[tuple[str, int, str, str]]:
+    """Each why line of a bench_kernels printout agrees with the norm_rope_table attributes of the same
+    run (`table`: attribute name -> values): its walk, its rate, the streaming and the same-walk RoPE-only
+    rates, and the printed cost as the gap between the two. Returns the lines' cells (kind, head_dim,
+    dtype, layout), sorted."""
+    cells = list(zip(table["kind"], table["head_dim"], table["dtype"], table["layout"]))
+    index = {(str(k), int(d), str(t), str(lay)): i for i, (k, d, t, lay) in enumerate(cells)}
+    keys = []
+    for m in why_lines(bench_text):
+        key = (m[1], int(m[2]), m[4], m[5])
+        i = index[key]
+        assert m[6] == table["qk_one_launch_kernel"][i]
+        assert abs(float(m[7]) - 100 * table["qk_one_launch_of_bound"][i]) < 0.051
+        assert abs(float(m[16]) - 100 * table["stream_one_launch_of_bound"][i]) < 0.051
+        assert abs(float(m[17]) - 100 * table["qk_same_walk_rope_only_of_bound"][i]) < 0.051
+        assert abs(float(m[18]) - (float(m[17]) - float(m[7]))) < 0.11
+        keys.append(key)
+    return sorted(keys)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
-from helpers import why_lines
+from helpers import why_lines, why_lines_agree_with_table
 
 ROOT = Path(__file__).resolve().parents[2]
 MEASURED = ROOT / "docs" / "measured" / "2026-12-07-h100-13524ab"
@@ -56,16 +56,8 @@ def test_norm_table_and_its_why_lines() -> None:
     assert round(min(o for o in of if o >= 85), 1) == 85.3 and round(max(of), 1) == 93.4
     # One why line for each cell below 85%, agreeing with the stored table.
     text = (MEASURED / "bench_kernels-13524ab.txt").read_text()
+    assert why_lines_agree_with_table(text, a) == below
     why = why_lines(text)
-    assert sorted((m[1], int(m[2]), m[4], m[5]) for m in why) == below
-    index = {c: i for i, c in enumerate(cells)}
-    for m in why:
-        i = index[(m[1], int(m[2]), m[4], m[5])]
-        assert m[6] == a["qk_one_launch_kernel"][i]
-        assert abs(float(m[7]) - of[i]) < 0.051
-        assert abs(float(m[17]) - 100 * a["qk_same_walk_rope_only_of_bound"][i]) < 0.051
-        assert abs(float(m[16]) - 100 * a["stream_one_launch_of_bound"][i]) < 0.051
-        assert abs(float(m[18]) - (float(m[17]) - float(m[7]))) < 0.11
-        assert float(m[17]) >= 85  # the walk itself reaches 85% with RoPE only: what is left is the norm
+    assert all(float(m[17]) >= 85 for m in why)  # the walk itself reaches 85% with RoPE only: what is left is the norm
     readme = (MEASURED / "README.md").read_text()
     assert all(m[0] in readme for m in why) and "**69 of 72 at 85% or more**" in readme
