@@ -44,7 +44,8 @@ struct Options {
   // report, "" for every report without its own.
   std::map<std::string, std::string> ablation;
   bool markdown = false;
-  std::vector<int> nccl_ranks;  // `model nccl`: the rank counts of the modelled sweep
+  std::vector<int> nccl_ranks;      // `model nccl`: the rank counts of the modelled sweep
+  std::vector<int64_t> nccl_bytes;  // `model nccl`: sizes (bytes per rank) in place of 1 KiB..1 GiB
   std::vector<std::string> gemms, attentions;  // `model kernel`: M,N,K and B,H,S,D shapes (bf16)
   std::vector<std::string> predict_reports;     // `model predict`: --mode model reports
   std::vector<std::string> op_runs;              // `model ops`: CASE/RUN names (all when empty)
@@ -152,6 +153,10 @@ void declare(CLI::App& app, Options& o) {
   n->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
   n->add_option("--ranks", o.nccl_ranks, "rank counts (ranks fill nodes in order) [default: 2 4 8]")
       ->check(CLI::Range(2, 1 << 16));
+  n->add_option("--bytes", o.nccl_bytes,
+                "sizes in bytes per rank, each rounded down to a multiple of the rank count [default: 1 KiB to 1 GiB, "
+                "x4 a step]")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   n->add_flag("--markdown", o.markdown, "a markdown table");
   CLI::App* pr = app.add_subcommand(
       "predict", "Replay --mode model reports on the machine, with each run's most sensitive parameter (JSON; MODELLED).");
@@ -490,18 +495,26 @@ double modeled_alltoall_us(const model::Machine& m, int ranks, double bytes) {
   return (end - begin) * 1e3;
 }
 
-int print_modeled_alltoall(const model::Machine& m, std::vector<int> ranks, bool markdown) {
+int print_modeled_alltoall(const model::Machine& m, std::vector<int> ranks, std::vector<int64_t> sizes,
+                           bool markdown) {
   if (ranks.empty()) ranks = {2, 4, 8};
+  if (sizes.empty())
+    for (int64_t b = 1024; b <= (int64_t{1} << 30); b *= 4) sizes.push_back(b);
   const int gpus = m.gpus_per_node * m.nodes;
   for (int n : ranks)
     if (n > gpus)
       throw InputError("model nccl: --ranks " + std::to_string(n) + ": machine '" + m.name + "' has " +
                        std::to_string(gpus) + " GPUs");
+  for (int n : ranks)
+    for (int64_t b : sizes)
+      if (b < n)
+        throw InputError("model nccl: --bytes " + std::to_string(b) + " is less than a byte to each of " +
+                         std::to_string(n) + " ranks");
   std::printf("%sMODELLED NCCL all-to-all on %s (%d x %d GPUs): size = bytes per rank, busbw = algbw (n-1)/n\n",
               markdown ? "" : "# ", m.name.c_str(), m.nodes, m.gpus_per_node);
   if (markdown) std::printf("\n| ranks | size (B) | time (us) | algbw (GB/s) | busbw (GB/s) |\n|---|---|---|---|---|\n");
   for (int n : ranks)
-    for (int64_t b = 1024; b <= (int64_t{1} << 30); b *= 4) {
+    for (int64_t b : sizes) {
       const double bytes = static_cast<double>(b / n * n);
       const double us = modeled_alltoall_us(m, n, bytes);
       const double algbw = bytes / us * 1e-3;
@@ -771,7 +784,7 @@ int model_command(int argc, char** argv) {
     return 0;
   }
   const model::Machine base = base_machine(o);
-  if (o.command == "nccl") return print_modeled_alltoall(base, o.nccl_ranks, o.markdown);
+  if (o.command == "nccl") return print_modeled_alltoall(base, o.nccl_ranks, o.nccl_bytes, o.markdown);
   if (o.command == "kernel") return print_modeled_kernels(base, o.gemms, o.attentions);
   if (o.command == "predict") return model_predict(o.predict_reports, base, o.output);
   if (o.command == "ops") return print_ops(o.predict_reports, o.op_runs, base);

@@ -517,6 +517,15 @@ def test_modelled_nccl_grows_with_peers_up_to_the_public_ceiling(app):
     assert busbw[2] == pytest.approx(m["nccl_peer_gbs"]["value"], rel=0.01)
     big = subprocess.run([app, "model", "nccl", "--ranks", "16"], capture_output=True, text=True)
     assert big.returncode == 2 and "has 8 GPUs" in big.stderr
+    # --bytes: those sizes only, each rounded down to a multiple of the ranks; the sweep's time at 1 GiB.
+    sized = subprocess.run([app, "model", "nccl", "--ranks", "8", "--bytes", str(1 << 30), "1001"],
+                           capture_output=True, text=True)
+    assert sized.returncode == 0, sized.stderr
+    rows = [ln.split() for ln in sized.stdout.splitlines() if ln[:1] != "#"]
+    assert [int(f[1]) for f in rows] == [1 << 30, 1000] and float(rows[0][4]) == busbw[8]
+    tiny = subprocess.run([app, "model", "nccl", "--ranks", "4", "--bytes", "3"], capture_output=True, text=True)
+    assert tiny.returncode == 2 and "--bytes 3 is less than a byte to each of 4 ranks" in tiny.stderr
+    assert tiny.stdout == ""  # refused before anything is printed
 
 
 def test_the_outside_world_table_holds_heads_modelled_figures(app):
@@ -540,19 +549,26 @@ def test_the_outside_world_table_holds_heads_modelled_figures(app):
     rate = {m.group(1): float(m.group(2)) for m in re.finditer(r"^\w+\s+(.+?): .*?([\d.]+) TFLOP/s$", kern, re.M)}
     attention = [rate["B1 H16 S16384 D128"], rate["B2 H16 S8192 D128"], rate["B4 H16 S4096 D128"]]
     gemm8k, gemm4k = rate["M8192 N8192 K8192"], rate["M4096 N4096 K4096"]
+    # The Ulysses rows: four calls of the per-rank tensor (B1 S32760 H40 D128 bf16 over W ranks), in ms.
+    per_rank = {w: 32760 * 40 * 128 * 2 // w for w in (2, 4, 8)}
+    sized = out("nccl", "--machine", "h100-sxm", "--ranks", "2", "4", "8", "--bytes", *map(str, per_rank.values()))
+    calls = {int(f[0]): 4 * float(f[2]) / 1e3 for f in (ln.split() for ln in sized.splitlines() if ln[:1] != "#")
+             if int(f[1]) == per_rank[int(f[0])]}
     # (a cell naming the row's "what", the modelled figure HEAD gives); columns: what, source,
     # measured, modelled, ratio, note.
     expect = [("8 GPUs of one NVLink 4 node", one[8]), ("4 GPUs of one node", one[4]),
               ("2 GPUs of one node", one[2]), ("2 nodes x 8 GPUs", two[16]),
               ("B1 H16 S16384 D128", attention[0]), ("B2 H16 S8192 D128", attention[1]),
               ("B4 H16 S4096 D128", attention[2]), ("H100 SXM, 8192^3", gemm8k), ("H100 SXM, 4096^3", gemm4k),
-              ("cuBLAS (CUDA 12.4)", gemm8k)]
+              ("cuBLAS (CUDA 12.4)", gemm8k), ("NCCL, 2 GPUs (NVLink 4)", calls[2]),
+              ("NCCL, 4 GPUs (NVLink 4)", calls[4]), ("NCCL, 8 GPUs (NVLink 4)", calls[8])]
     rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in table.splitlines()
             if ln.startswith("| ") and not ln.startswith("| what")]
     for what, modelled in expect:
         cols = next(c for c in rows if what in c[0])
-        shown = float(re.match(r"[\d.]+", cols[3]).group(0))
-        assert shown == pytest.approx(modelled, abs=0.051), (cols, modelled)
+        digits = re.match(r"[\d.]+", cols[3]).group(0)  # to its last digit: half a unit of it, and a little
+        shown = float(digits)
+        assert shown == pytest.approx(modelled, abs=0.51 * 10.0 ** -len(digits.partition(".")[2])), (cols, modelled)
         measured = re.search(r"[\d.]+", cols[2])
         if measured:  # a public figure: the ratio is the modelled one's
             assert float(cols[4]) == pytest.approx(round(modelled / float(measured.group(0)), 2), abs=0.0051), cols
