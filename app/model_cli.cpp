@@ -52,6 +52,7 @@ struct Options {
   std::vector<std::string> bench_args;                       // MEASURED=BENCH.h5
   std::map<std::string, std::string> bench;                  // measured report -> its code's bench_kernels file
   std::vector<std::string> rates;  // bench_kernels files whose profiles (norm+RoPE, GEMM) become the machine's
+  std::vector<std::string> profiles;  // `model rates`: only these of the files' profiles (all when empty)
   std::vector<std::string> group_args;                       // MEASURED=NAME
   std::map<std::string, std::string> group;                  // measured report -> the group left out with it
   std::vector<std::string> host_args;                         // validate --host MEASURED=BENCH.h5
@@ -192,6 +193,16 @@ void declare(CLI::App& app, Options& o) {
   k->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
   k->add_option("--gemm", o.gemms, "a GEMM M,N,K (bf16 in and out; repeatable)")->type_name("M,N,K");
   k->add_option("--attention", o.attentions, "an attention B,H,S,D (bf16, forward; repeatable)")->type_name("B,H,S,D");
+  CLI::App* ra = app.add_subcommand(
+      "rates", "Write the machine with the rate profiles that bench_kernels files measured in place of its own (no fit).");
+  ra->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
+  ra->add_option("--rates", o.rates, "a bench_kernels -o file; repeatable, one file a profile")
+      ->type_name("BENCH.h5")
+      ->required();
+  ra->add_option("--profile", o.profiles,
+                 "only this profile of the files (repeatable) [default: every profile they hold]")
+      ->check(CLI::IsMember({"norm_rope", "gemm", "attention"}));
+  ra->add_option("-o,--output", o.output, "the machine file to write")->type_name("OUT.json")->required();
 }
 
 Options parse(int argc, char** argv, std::string* text) {
@@ -200,7 +211,7 @@ Options parse(int argc, char** argv, std::string* text) {
   declare(app, o);
   *text = cli::parse(app, std::vector<std::string>(argv, argv + argc));
   if (!text->empty()) return o;
-  for (const char* name : {"calibrate", "validate", "loo", "nccl", "kernel", "predict", "ops", "nodes"})
+  for (const char* name : {"calibrate", "validate", "loo", "nccl", "kernel", "predict", "ops", "nodes", "rates"})
     if (app.got_subcommand(name)) o.command = name;
   for (const std::string& v : o.pair_args) {
     const size_t eq = v.find('=');
@@ -651,9 +662,15 @@ model::Machine base_machine(const Options& o) {
   model::Machine base = model::load_machine(model::machine_path(o.machine));
   if (!o.rates.empty()) {
     BenchRates rates = read_bench_rates(o.rates);
-    if (!rates.norm_rope.empty()) base.norm_rope = std::move(rates.norm_rope);
-    if (!rates.gemm.empty()) base.gemm = std::move(rates.gemm);
-    if (!rates.attention.empty()) base.attention = std::move(rates.attention);
+    const auto wanted = [&](const char* profile, bool held) {
+      const bool asked = std::find(o.profiles.begin(), o.profiles.end(), profile) != o.profiles.end();
+      if (asked && !held)
+        throw InputError(std::string("model rates: --profile ") + profile + ": no --rates file holds that profile");
+      return held && (o.profiles.empty() || asked);
+    };
+    if (wanted("norm_rope", !rates.norm_rope.empty())) base.norm_rope = std::move(rates.norm_rope);
+    if (wanted("gemm", !rates.gemm.empty())) base.gemm = std::move(rates.gemm);
+    if (wanted("attention", !rates.attention.empty())) base.attention = std::move(rates.attention);
   }
   if (!o.host_bench.empty())  // predict on the host that bench measured
     for (const auto& [name, us] : read_host_costs(o.host_bench)) {
@@ -663,6 +680,18 @@ model::Machine base_machine(const Options& o) {
     }
   if (!o.gpu_bench.empty()) base.device = read_device_costs(o.gpu_bench);  // predict on the GPU it measured
   return base;
+}
+
+// `model rates`: the machine as base_machine made it (its profiles from --rates), written.
+int write_machine(const model::Machine& m, const std::string& path) {
+  const std::string text = model::machine_to_json(m);
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  if (!out) throw RuntimeError(path + ": cannot write the machine file");
+  std::printf("wrote %s: %s with %zu norm+RoPE, %zu GEMM and %zu attention profile points\n", path.c_str(),
+              m.name.c_str(), m.norm_rope.size(), m.gemm.size(), m.attention.size());
+  return 0;
 }
 
 // `model calibrate`: fit the machine's free parameters to every pair but --without's; write it.
@@ -789,6 +818,7 @@ int model_command(int argc, char** argv) {
   if (o.command == "predict") return model_predict(o.predict_reports, base, o.output);
   if (o.command == "ops") return print_ops(o.predict_reports, o.op_runs, base);
   if (o.command == "nodes") return print_node_rows(base, o.gpu_bench, o.markdown);
+  if (o.command == "rates") return write_machine(base, o.output);
   const std::vector<Joined> joined = join_pairs(o);
   const int jobs = o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (o.command == "calibrate") return calibrate_command(o, joined, base, jobs);

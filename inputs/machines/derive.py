@@ -1,23 +1,34 @@
 #!/usr/bin/env python3
 """Writes the machine files derived from the measured H200 one (h200-nvlink.json):
 
-- h100-sxm.json: an H100 SXM node from public specs. Same GH100 compute die, SM count,
-  clocks, NVLink 4 and copy engines as the H200, so compute rates, fixed costs and the
-  link are the H200's; HBM3 at 3.35 TB/s instead of HBM3e at 4.8 TB/s, so every
-  memory-bound rate (norm + RoPE, streaming kernels) scales by 3.35/4.8. The strided
-  same-device copy (sm_copy_gbs, 1.58 TB/s on the H200) is not HBM-bound and keeps its rate.
+- h100-sxm.json: an H100 SXM node from public specs and one H100's bench. Same GH100
+  compute die, SM count, clocks, NVLink 4 and copy engines as the H200, so fixed costs, the
+  link and the attention profile (with the attention_scale fitted to it) are the H200's;
+  HBM3 at 3.35 TB/s instead of HBM3e at 4.8 TB/s, so the scalar memory-bound rates
+  (norm_rope_gbs, stream_gbs) scale by 3.35/4.8. The norm+RoPE and GEMM profiles are the
+  H100's own, as bench_kernels measured them at the current kernels (H100_BENCH, written in
+  by `ulysses-ipc model rates`). The strided same-device copy (sm_copy_gbs, 1.58 TB/s on the
+  H200) is not HBM-bound and keeps its rate.
 - h200-2node.json: two such H200 nodes of 8 GPUs, one 400 Gb/s NIC per GPU.
 - h200-4node.json: four of them (the same node and NIC): Ulysses32, and hierarchical
   against flat all-to-all across more than one remote node (docs/predictions-hier.md).
 
-Run it after h200-nvlink.json changes (e.g. after `ulysses-ipc model calibrate`):
+Run it after h200-nvlink.json changes (e.g. after `ulysses-ipc model calibrate`), with the app
+built (build/app/ulysses-ipc, or $ULYSSES_IPC):
     python3 inputs/machines/derive.py
 """
 import copy
 import json
 import os
+import subprocess
+import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+# One H100's bench_kernels at the current kernels (f0e2405's; docs/measured/2026-12-07-h100-e74c950):
+# its norm+RoPE rows of the fused view and its GEMM-by-shape rows become h100-sxm's profiles.
+H100_BENCH = "docs/measured/2026-12-07-h100-e74c950/bench_kernels-e74c950.h5"  # from the repository root
 
 
 def load(name):
@@ -37,10 +48,13 @@ def main():
 
     h100 = copy.deepcopy(h200)
     h100["name"] = "h100-sxm"
-    h100["description"] = ("One node of 8 NVIDIA H100 SXM GPUs (NVLink 4 through NVSwitch), derived from public specs and "
-                           "the measured H200 (inputs/machines/derive.py): same GH100 die, so compute, fixed costs and "
-                           "the link are the H200's; HBM3 3.35 TB/s scales the memory-bound rates by 3.35/4.8 (not the "
-                           "strided same-device copy, which HBM does not bound).")
+    h100["description"] = ("One node of 8 NVIDIA H100 SXM GPUs (NVLink 4 through NVSwitch), derived from public specs, "
+                           "the measured H200 and one H100's bench (inputs/machines/derive.py): same GH100 die, so "
+                           "fixed costs, the link and the attention profile (with the attention_scale fitted to it) "
+                           "are the H200's; the norm+RoPE and GEMM profiles are the H100's own (bench_kernels at "
+                           "e74c950, docs/measured/2026-12-07-h100-e74c950); HBM3 3.35 TB/s scales the scalar "
+                           "memory-bound rates by 3.35/4.8 (not the strided same-device copy, which HBM does not "
+                           "bound).")
     q = h100["parameters"]
     scale = 3350.0 / 4800.0
     hbm_range = "hi: HBM3 spec 3.35 TB/s (read + write cannot exceed it)"
@@ -58,11 +72,11 @@ def main():
     q["sm_copy_gbs"]["source"] = ("H200's rate (not HBM-bound: a third of the H200's HBM; same die, clocks and copy "
                                   "kernel; derive.py): " + q["sm_copy_gbs"]["source"])
     q["sm_copy_gbs"]["range"], q["sm_copy_gbs"]["range_source"] = [100, 3350], hbm_range
-    for pt in h100.get("norm_rope_profile", []):
-        pt["source"] = f"H200's {pt['gbs']:.1f} GB/s x 3350/4800 (HBM spec ratio; derive.py): " + pt["source"]
-        pt["gbs"] = round(pt["gbs"] * scale, 2)
-    for pt in h100.get("gemm_profile", []):  # compute-bound: the same die and clocks (not measured on an H100)
-        pt["source"] = "H200's rate (same GH100 die and clocks; derive.py): " + pt["source"]
+    h100.pop("norm_rope_profile", None)  # the H100's own, below (the H200's would break HBM3's range)
+    # The attention profile stays the H200's: attention_scale was fitted with it (the H100's own
+    # attention rows with that scale put FLUX 1024's attention 10-13% long; docs/model.md).
+    for pt in h100.get("attention_profile", []):
+        pt["source"] = "H200's rate (same GH100 die; attention_scale was fitted with it; derive.py): " + pt["source"]
     q["sm_count"] = {"value": 132, "unit": "SMs", "source": "spec: H100 SXM, 132 SMs", "range": [132, 132],
                      "range_source": "spec: H100 SXM has 132 SMs"}
     for k, v in q.items():
@@ -70,7 +84,17 @@ def main():
             del v["fit"]
             if not v["source"].startswith("H200"):
                 v["source"] = "H200's value (same die; derive.py): " + v["source"]
-    save("h100-sxm", h100)
+    # The H100's own norm+RoPE and GEMM profiles, read from its bench by the app's reader; the
+    # derived file is written whole or not at all.
+    app = os.environ.get("ULYSSES_IPC", os.path.join(ROOT, "build", "app", "ulysses-ipc"))
+    if not os.access(app, os.X_OK):
+        sys.exit(f"derive.py: {app} not found: build the app first (scripts/setup.sh) or set ULYSSES_IPC")
+    with tempfile.TemporaryDirectory() as tmp:
+        derived = os.path.join(tmp, "h100-sxm.json")
+        with open(derived, "w") as f:
+            json.dump(h100, f, indent=2)
+        subprocess.run([app, "model", "rates", "--machine", derived, "--rates", H100_BENCH, "--profile", "norm_rope",
+                        "--profile", "gemm", "-o", os.path.join(HERE, "h100-sxm.json")], check=True, cwd=ROOT)
 
     for nodes, word in ((2, "Two"), (4, "Four")):
         multi = copy.deepcopy(h200)

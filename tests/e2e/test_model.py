@@ -438,12 +438,12 @@ def test_a_reports_own_gpu_costs_bring_its_graph_floor_within_ten_percent(app, r
 
 
 @pytest.mark.parametrize("folder,rev,within", [("2026-12-07-h100-6cf8e34", "6cf8e34", (8, 24)),
-                                               ("2026-12-07-h100-13524ab-layers", "13524ab", (9, 15))])
+                                               ("2026-12-07-h100-13524ab-layers", "13524ab", (10, 15))])
 def test_the_ablations_floors_own_host_and_gpu_costs_bring_its_runs_nearer(app, run, tmp_path, folder, rev, within):
     """The ablations deck's floor (every transport, schedule and ablation at Ulysses1, op by op: 24 runs)
     had bench_kernels' latency section run beside it on its H100 host, on two hosts (6cf8e34, 13524ab).
-    On h100-sxm's fitted costs 8 and 9 of its 24 layers are within 10% (as the markdown rounds them; up
-    to +30..+33%); replayed with that host's call costs and that GPU's device costs (--host, --gpu:
+    On h100-sxm's fitted costs 8 and 10 of its 24 layers are within 10% (as the markdown rounds them; up
+    to +29.9..+33%); replayed with that host's call costs and that GPU's device costs (--host, --gpu:
     measured, nothing fitted) 24 and 15 are, and the worst run is at most 13% off. e20d86f's floor bench, older than the
     floor-op rows, is refused."""
     stored = REPO / "docs" / "measured" / folder
@@ -453,7 +453,7 @@ def test_the_ablations_floors_own_host_and_gpu_costs_bring_its_runs_nearer(app, 
     fitted, _ = floor_layer_errors(app, pair)
     own, out = floor_layer_errors(app, pair, "--host", f"{measured}={bench}", "--gpu", f"{measured}={bench}")
     assert len(fitted) == len(own) == 24, (fitted, own)
-    assert sum(abs(e) <= 10 for e in fitted.values()) == within[0] and max(fitted.values()) >= 30, fitted
+    assert sum(abs(e) <= 10 for e in fitted.values()) == within[0] and max(fitted.values()) >= 29.5, fitted
     assert sum(abs(e) <= 10 for e in own.values()) == within[1] and max(map(abs, own.values())) < 13, own
     old = REPO / "docs" / "measured" / "2026-12-05-h100-e20d86f" / "host-speed-floor-u1-e20d86f.h5"
     bad = subprocess.run([app, "model", "validate", *pair, "--host", f"{measured}={old}"], capture_output=True, text=True)
@@ -780,3 +780,64 @@ def test_model_ops_gives_each_call_of_a_new_measured_layer_its_host_time(app, ru
     # The report's column names each call as the trace's byte form does (model ops reads that).
     assert [row[4].split("/", 1)[1] for row in rows if row[4].startswith("host_call/")] == call_kind
     assert len(printed) == calls.size and all(x >= 0 for x in printed), rows
+
+
+H100_BENCH = REPO / "docs" / "measured" / "2026-12-07-h100-e74c950" / "bench_kernels-e74c950.h5"
+
+
+def bench_norm_picks(path):
+    """A bench's norm+RoPE rows of the fused view in the layer's launch (Q and K in one):
+    (norm, dtype, head_dim) -> GB/s, read here from the HDF5 file, apart from the app's reader."""
+    with h5py.File(path) as f:
+        a = f["bench_kernels"].attrs
+        rows = zip(a["section"], a["what"], a["shape"], a["rate"])
+        out = {}
+        for sec, what, shape, rate in rows:
+            m = re.fullmatch(r"norm\+RoPE (\w+)(?: \(RoPE only\))? \(the pick, Q\+K one launch\)", what)
+            s = re.fullmatch(r"M\d+ H\d+ D(\d+) (\w+) fused", shape)
+            if sec == "norm+rope" and m and s:
+                out[(m.group(1), s.group(2), int(s.group(1)))] = rate * 1000
+        return out
+
+
+def test_model_rates_writes_the_benchs_profiles_and_nothing_else(app, tmp_path):
+    """`model rates`: the machine written holds the bench's norm+RoPE rows (one point per fused cell,
+    at the bench's rate) and, with --profile norm_rope, the machine's own GEMM and attention
+    profiles and every parameter unchanged; a profile no --rates file holds is refused and nothing
+    is written."""
+    out = tmp_path / "m.json"
+    r = subprocess.run([app, "model", "rates", "--machine", "h200-nvlink", "--rates", str(H100_BENCH), "--profile",
+                        "norm_rope", "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    got, shipped = json.loads(out.read_text()), json.loads((MACHINES / "h200-nvlink.json").read_text())
+    picks = bench_norm_picks(H100_BENCH)
+    points = {(p["norm"], p["dtype"], p["head_dim"]): p for p in got["norm_rope_profile"]}
+    assert len(picks) == 36 and points.keys() == picks.keys()
+    for key, gbs in picks.items():
+        assert points[key]["gbs"] == pytest.approx(gbs, rel=1e-9) and "code e74c950c5e8d" in points[key]["source"]
+    assert got["gemm_profile"] == shipped["gemm_profile"] and got["attention_profile"] == shipped["attention_profile"]
+    for name, p in shipped["parameters"].items():
+        assert got["parameters"][name]["value"] == pytest.approx(p["value"], rel=1e-12), name
+        assert got["parameters"][name]["source"] == p["source"], name
+    gemm_bench = REPO / "docs" / "measured" / "2026-12-02-h200-gemm" / "bench_kernels-gemm-59e55b4.h5"
+    bad = subprocess.run([app, "model", "rates", "--rates", str(gemm_bench), "--profile", "norm_rope", "-o",
+                          str(tmp_path / "bad.json")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "no --rates file holds that profile" in bad.stderr, bad.stderr
+    assert not (tmp_path / "bad.json").exists()
+
+
+def test_the_h100_file_holds_its_own_benchs_profiles():
+    """h100-sxm.json (inputs/machines/derive.py): its norm+RoPE points are e74c950's H100 bench, cell
+    for cell, and its GEMM points name that bench; its attention profile is the H200's (the
+    attention_scale was fitted with it), as derive.py says."""
+    m = json.loads((MACHINES / "h100-sxm.json").read_text())
+    picks = bench_norm_picks(H100_BENCH)
+    points = {(p["norm"], p["dtype"], p["head_dim"]): p["gbs"] for p in m["norm_rope_profile"]}
+    assert points.keys() == picks.keys()
+    assert all(points[k] == pytest.approx(v, rel=1e-9) for k, v in picks.items())
+    assert all("bench_kernels-e74c950.h5, code e74c950c5e8d" in p["source"] for p in m["gemm_profile"])
+    assert len(m["gemm_profile"]) > 100
+    h200 = json.loads((MACHINES / "h200-nvlink.json").read_text())
+    assert [p["tflops"] for p in m["attention_profile"]] == [p["tflops"] for p in h200["attention_profile"]]
+    # Within HBM3: a norm+RoPE rate is read plus write, at most the spec's 3.35 TB/s.
+    assert max(points.values()) < 3350
