@@ -51,7 +51,7 @@ struct Options {
   std::vector<std::string> op_runs;              // `model ops`: CASE/RUN names (all when empty)
   std::vector<std::string> bench_args;                       // MEASURED=BENCH.h5
   std::map<std::string, std::string> bench;                  // measured report -> its code's bench_kernels file
-  std::vector<std::string> rates;  // bench_kernels files whose profiles (norm+RoPE, GEMM) become the machine's
+  std::vector<std::string> rates;  // bench_kernels files whose profiles (norm+RoPE, GEMM, attention) become the machine's
   std::vector<std::string> profiles;  // `model rates`: only these of the files' profiles (all when empty)
   std::vector<std::string> group_args;                       // MEASURED=NAME
   std::map<std::string, std::string> group;                  // measured report -> the group left out with it
