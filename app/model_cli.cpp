@@ -7,6 +7,7 @@
 #include "app/model_cli.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "base/error.hpp"
 #include "app/cli.hpp"
@@ -682,13 +685,22 @@ model::Machine base_machine(const Options& o) {
   return base;
 }
 
+// A machine file written whole or not at all: into a temporary beside it, then renamed into place.
+void save_machine(const model::Machine& m, const std::string& path) {
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  std::ofstream out(tmp);
+  out << model::machine_to_json(m);
+  out.close();
+  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw RuntimeError(path + ": cannot write the machine file: " + why);
+  }
+}
+
 // `model rates`: the machine as base_machine made it (its profiles from --rates), written.
 int write_machine(const model::Machine& m, const std::string& path) {
-  const std::string text = model::machine_to_json(m);
-  std::ofstream out(path);
-  out << text;
-  out.close();
-  if (!out) throw RuntimeError(path + ": cannot write the machine file");
+  save_machine(m, path);
   std::printf("wrote %s: %s with %zu norm+RoPE, %zu GEMM and %zu attention profile points\n", path.c_str(),
               m.name.c_str(), m.norm_rope.size(), m.gemm.size(), m.attention.size());
   return 0;
@@ -702,10 +714,7 @@ int calibrate_command(const Options& o, const std::vector<Joined>& joined, const
     if (!skip.count(p.first)) from += (from.empty() ? "" : ", ") + base_name(p.first);
   model::FitResult fit =
       model::calibrate(replays(joined, skip), base, kNumStages, "ulysses-ipc model calibrate on " + today() + " to " + from, jobs);
-  std::ofstream out(o.output);
-  out << model::machine_to_json(fit.machine);
-  out.close();
-  if (!out) throw RuntimeError(o.output + ": cannot write the machine file");
+  save_machine(fit.machine, o.output);
   size_t free_params = 0;
   for (const auto& [name, p] : base.params) free_params += p.free;
   std::printf("calibrated %s: %zu free parameter(s), rms log error %.4f after %d replays; wrote %s\n",

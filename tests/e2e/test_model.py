@@ -824,6 +824,14 @@ def test_model_rates_writes_the_benchs_profiles_and_nothing_else(app, tmp_path):
                           str(tmp_path / "bad.json")], capture_output=True, text=True)
     assert bad.returncode == 2 and "no --rates file holds that profile" in bad.stderr, bad.stderr
     assert not (tmp_path / "bad.json").exists()
+    # A machine file is written whole or not at all: into a missing folder, or onto a folder (the
+    # temporary written, its rename refused), it fails and leaves nothing behind.
+    (tmp_path / "adir").mkdir()
+    for target in (tmp_path / "no" / "m.json", tmp_path / "adir"):
+        failed = subprocess.run([app, "model", "rates", "--rates", str(H100_BENCH), "-o", str(target)],
+                                capture_output=True, text=True)
+        assert failed.returncode == 3 and "cannot write the machine file" in failed.stderr, failed.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["adir", "m.json"]
 
 
 def test_the_h100_file_holds_its_own_benchs_profiles():
