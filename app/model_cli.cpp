@@ -77,13 +77,9 @@ constexpr const char* kGpuHelp =
     "a bench_kernels -o file of the GPU to predict (its latency section's graph-node and floor-op rows): its "
     "device costs replace the machine's";
 
-// The three subcommands share their options: each declared once here.
-void declare(CLI::App& app, Options& o) {
-  app.require_subcommand(1);
-  app.footer(
-      "MEASURED is a GPU report (--mode gpu), TRACES a --mode model report of the same cases on the same\n"
-      "number of ranks (scripts/model_traces.sh makes those of docs/measured/). The machine: a JSON file or\n"
-      "a shipped name (inputs/machines/). docs/model.md says more.");
+// calibrate, validate and loo: the subcommands over measured reports and their traces share
+// their options, each declared once here.
+void declare_measured_commands(CLI::App& app, Options& o) {
   struct Sub {
     const char* name;
     const char* help;
@@ -152,16 +148,10 @@ void declare(CLI::App& app, Options& o) {
       c->add_flag("--markdown", o.markdown, "a markdown table");
     }
   }
-  CLI::App* n = app.add_subcommand(
-      "nccl", "The modelled NCCL all-to-all of the machine, as nccl-tests' alltoall_perf prints it (MODELLED).");
-  n->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
-  n->add_option("--ranks", o.nccl_ranks, "rank counts (ranks fill nodes in order) [default: 2 4 8]")
-      ->check(CLI::Range(2, 1 << 16));
-  n->add_option("--bytes", o.nccl_bytes,
-                "sizes in bytes per rank, each rounded down to a multiple of the rank count [default: 1 KiB to 1 GiB, "
-                "x4 a step]")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  n->add_flag("--markdown", o.markdown, "a markdown table");
+}
+
+// predict, ops and nodes: replays of reports or a bench on the machine.
+void declare_replay_commands(CLI::App& app, Options& o) {
   CLI::App* pr = app.add_subcommand(
       "predict", "Replay --mode model reports on the machine, with each run's most sensitive parameter (JSON; MODELLED).");
   pr->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
@@ -192,6 +182,20 @@ void declare(CLI::App& app, Options& o) {
       ->type_name("BENCH.h5")
       ->required();
   nd->add_flag("--markdown", o.markdown, "a markdown table");
+}
+
+// nccl, kernel and rates: the machine itself.
+void declare_machine_commands(CLI::App& app, Options& o) {
+  CLI::App* n = app.add_subcommand(
+      "nccl", "The modelled NCCL all-to-all of the machine, as nccl-tests' alltoall_perf prints it (MODELLED).");
+  n->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
+  n->add_option("--ranks", o.nccl_ranks, "rank counts (ranks fill nodes in order) [default: 2 4 8]")
+      ->check(CLI::Range(2, 1 << 16));
+  n->add_option("--bytes", o.nccl_bytes,
+                "sizes in bytes per rank, each rounded down to a multiple of the rank count [default: 1 KiB to 1 GiB, "
+                "x4 a step]")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  n->add_flag("--markdown", o.markdown, "a markdown table");
   CLI::App* k = app.add_subcommand("kernel", "The modelled rate of a bf16 GEMM or attention on the machine (MODELLED).");
   k->add_option("--machine", o.machine, "the machine [default: h200-nvlink]")->type_name("FILE|NAME");
   k->add_option("--gemm", o.gemms, "a GEMM M,N,K (bf16 in and out; repeatable)")->type_name("M,N,K");
@@ -206,6 +210,17 @@ void declare(CLI::App& app, Options& o) {
                  "only this profile of the files (repeatable) [default: every profile they hold]")
       ->check(CLI::IsMember({"norm_rope", "gemm", "attention"}));
   ra->add_option("-o,--output", o.output, "the machine file to write")->type_name("OUT.json")->required();
+}
+
+void declare(CLI::App& app, Options& o) {
+  app.require_subcommand(1);
+  app.footer(
+      "MEASURED is a GPU report (--mode gpu), TRACES a --mode model report of the same cases on the same\n"
+      "number of ranks (scripts/model_traces.sh makes those of docs/measured/). The machine: a JSON file or\n"
+      "a shipped name (inputs/machines/). docs/model.md says more.");
+  declare_measured_commands(app, o);
+  declare_replay_commands(app, o);
+  declare_machine_commands(app, o);
 }
 
 Options parse(int argc, char** argv, std::string* text) {
